@@ -1,0 +1,3 @@
+from crl.cli import main
+
+main()

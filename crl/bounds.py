@@ -1,0 +1,316 @@
+"""Closed-form bound terms and rate fits (THEORY.md sections A and B).
+
+Section A (Saunshi et al. 2019, seeds/000): loss oscillation B_{l,R}, the generalization gap
+Gamma_M(S, delta), Lemma 5.1's gamma, the class-collision term s(f) and the transfer to the mean
+classifier. Section B (Li et al. 2026, seeds/001): the calibration inequality and the rate shapes
+in m (negatives per anchor) and n (anchors), fitted to measured gaps by least squares.
+
+Rate shapes, each `c + sum of slope * basis(m, n)` with slopes >= 0:
+    scrl       c + a / m + b / sqrt(n)             Li et al., SCRL: O(1/m + sqrt(log(1/delta)/n))
+    sscrl      c + a / sqrt(m) + b / sqrt(n)       Li et al., SSCRL: O~(1/sqrt(m) + 1/sqrt(n))
+    lei        c + a log(m + 1) / sqrt(n)          Lei et al. 2023, O(log(m)/sqrt(n))
+    saunshi_k  c + a m / sqrt(n)                   Saunshi et al. Sec. 6, k = m negatives
+`lei` uses log(m + 1): smooth, positive at m = 1 and ~ log m for large m, where log(max(m, 2))
+would put a kink at m = 2 and log m would make the basis vanish at m = 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import least_squares, nnls
+
+from crl import _validate
+
+L0 = 1.0 + 1.0 / math.log(2.0)  # common Lipschitz constant of the hinge and logistic losses
+c0 = math.sqrt(2.0) * L0  # collision constant of Saunshi et al. Lemma 4.4
+LOSSES = ("hinge", "logistic")
+
+_Basis = Callable[[np.ndarray, np.ndarray], np.ndarray]
+RATE_SHAPES: dict[str, tuple[tuple[str, _Basis], ...]] = {
+    "scrl": (("a", lambda m, n: 1.0 / m), ("b", lambda m, n: 1.0 / np.sqrt(n))),
+    "sscrl": (("a", lambda m, n: 1.0 / np.sqrt(m)), ("b", lambda m, n: 1.0 / np.sqrt(n))),
+    "lei": (("a", lambda m, n: np.log(m + 1.0) / np.sqrt(n)),),
+    "saunshi_k": (("a", lambda m, n: m / np.sqrt(n)),),
+}
+
+
+@dataclass(frozen=True)
+class Gamma:
+    """Gamma_M(S, delta) = rademacher_term + concentration_term (THEORY.md A, seed theorem)."""
+
+    value: float
+    rademacher_term: float
+    concentration_term: float
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """Least-squares fit of one rate shape: coefs by name ("c" intercept, slopes "a", "b")."""
+
+    shape: str
+    coefs: dict[str, float]
+    rss: float
+    r2: float
+    rmse: float
+    n_points: int
+
+
+@dataclass(frozen=True)
+class PowerFit:
+    """Fit of gap = c + a m^-alpha + b n^-beta; coefs has "c", "a", "b"."""
+
+    alpha: float
+    beta: float
+    coefs: dict[str, float]
+    rss: float
+    r2: float
+    rmse: float
+    n_points: int
+
+
+def _nonnegative(name: str, value: float) -> float:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name}={value!r}: expected a finite number >= 0")
+    return float(value)
+
+
+def _finite(name: str, value: float) -> float:
+    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+        raise ValueError(f"{name}={value!r}: expected a finite number")
+    return float(value)
+
+
+def _loss_name(loss: str) -> str:
+    if loss not in LOSSES:
+        raise ValueError(f"loss={loss!r}: expected one of {LOSSES}")
+    return loss
+
+
+def oscillation(loss: str, R: float) -> float:
+    """B_{l,R} = l(2R^2) - l(-2R^2), the range of the loss on scores |q| <= 2R^2.
+
+    In closed form, free of cancellation for small R: hinge 4R^2 if 2R^2 <= 1 else 1 + 2R^2;
+    logistic 2R^2 / ln 2, since log(1 + e^a) - log(1 + e^-a) = a. Both satisfy 0 < B <= 4 L0 R^2.
+    """
+    _loss_name(loss)
+    a = 2.0 * _validate.positive("R", R) ** 2
+    if loss == "hinge":
+        return 2.0 * a if a <= 1.0 else 1.0 + a
+    return a / math.log(2.0)
+
+
+def saunshi_gamma(rademacher: float, n: int, R: float, delta: float, loss: str) -> Gamma:
+    """Gamma_M(S, delta) = 2 sqrt(18) L0 R R_S / M + 3 B_{l,R} sqrt(ln(4/delta) / (2M)).
+
+    `rademacher` is the unnormalised one-sided R_S(F) of the sample, `n` = M triplets.
+    """
+    rademacher = _nonnegative("rademacher", rademacher)
+    n = _validate.at_least("n", n, 1)
+    R = _validate.positive("R", R)
+    delta = _validate.open_unit("delta", delta)
+    rademacher_term = 2.0 * math.sqrt(18.0) * L0 * R * rademacher / n
+    concentration_term = 3.0 * oscillation(loss, R) * math.sqrt(math.log(4.0 / delta) / (2.0 * n))
+    return Gamma(rademacher_term + concentration_term, rademacher_term, concentration_term)
+
+
+def lemma51_gamma(R: float, sigma: float, eps: float) -> float:
+    """Saunshi et al. Lemma 5.1: 1 + 2 R sigma sqrt(2 ln R + ln(3/eps)) if R >= 1, else
+    1 + 2 R sigma sqrt(ln(3/eps)); sigma^2 the sub-Gaussian proxy, 0 < eps <= 1."""
+    R = _validate.positive("R", R)
+    sigma = _nonnegative("sigma", sigma)
+    if not (isinstance(eps, (int, float)) and 0 < eps <= 1):
+        raise ValueError(f"eps={eps!r}: expected a number in (0, 1]")
+    log_term = math.log(3.0 / eps) + (2.0 * math.log(R) if R >= 1 else 0.0)
+    return 1.0 + 2.0 * R * sigma * math.sqrt(log_term)
+
+
+def collision_term(op_norms: torch.Tensor, mean_norms: torch.Tensor, nu: torch.Tensor) -> float:
+    """s(f) = sum_c nu_c sqrt(||Sigma_f(c)||_op) E_{D_c} ||f(X)|| (Saunshi et al. Lemma 4.4).
+
+    Shape: op_norms (C,) = ||Sigma_f(c)||_op >= 0; mean_norms (C,) = E ||f(X)|| >= 0;
+    nu (C,) the collision law rho(c)^2 / tau, summing to 1. Summed in float64.
+    """
+    op_norms = _validate.tensor("op_norms", op_norms)
+    _validate.shape("op_norms", op_norms, "(C,), C >= 1", op_norms.dim() == 1 and op_norms.numel())
+    for name, value in (("op_norms", op_norms), ("mean_norms", mean_norms), ("nu", nu)):
+        value = _validate.tensor(name, value)
+        _validate.shape(name, value, f"{tuple(op_norms.shape)}", value.shape == op_norms.shape)
+        if not bool(torch.isfinite(value).all() and (value >= 0).all()):
+            raise ValueError(f"{name}={value.tolist()!r}: expected finite entries >= 0")
+    total = float(nu.to(torch.float64).sum())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"nu sums to {total!r}: expected a probability vector summing to 1")
+    terms = op_norms.to(torch.float64).sqrt() * mean_norms.to(torch.float64)  # (C,)
+    return float((nu.to(torch.float64) * terms).sum())
+
+
+def collision_upper(s: float) -> float:
+    """Upper bound 1 + c0 s(f) on L_un^=(f) (Saunshi et al. Lemma 4.4; THEORY.md S5)."""
+    return 1.0 + c0 * _nonnegative("s", s)
+
+
+def transfer(L_un: float, tau: float) -> float:
+    """(L_un - tau) / (1 - tau) >= L_sup^mu (Saunshi et al. Thm 4.1 form, since L_un^= >= 1)."""
+    L_un = _finite("L_un", L_un)
+    if not (isinstance(tau, (int, float)) and 0 <= tau < 1):
+        raise ValueError(f"tau={tau!r}: expected a number in [0, 1)")
+    return (L_un - tau) / (1.0 - tau)
+
+
+def calibration_rhs(L_s: float, L_star: float, temperature: float) -> float:
+    """sqrt((2/T)(L(s) - L*)), the bound on E* - E(s) of Li et al. Thm 3.4."""
+    L_s = _finite("L_s", L_s)
+    L_star = _finite("L_star", L_star)
+    temperature = _validate.positive("temperature", temperature)
+    if L_s < L_star:
+        raise ValueError(f"L_s={L_s!r}: expected L_s >= L_star={L_star!r} (L* is the minimum)")
+    return math.sqrt(2.0 / temperature * (L_s - L_star))
+
+
+def _shape(shape: str) -> tuple[tuple[str, _Basis], ...]:
+    if shape not in RATE_SHAPES:
+        raise ValueError(f"shape={shape!r}: expected one of {tuple(RATE_SHAPES)}")
+    return RATE_SHAPES[shape]
+
+
+def _grid(m: object, n: object) -> tuple[np.ndarray, np.ndarray]:
+    """m, n as matching 1-D float64 arrays with m >= 1 and n >= 1."""
+    arrays = []
+    for name, value in (("m", m), ("n", n)):
+        array = np.atleast_1d(np.asarray(value, dtype=np.float64))
+        if array.ndim != 1 or not np.all(np.isfinite(array)) or not np.all(array >= 1):
+            raise ValueError(f"{name}={value!r}: expected a 1-D array of finite values >= 1")
+        arrays.append(array)
+    if arrays[0].shape != arrays[1].shape:
+        raise ValueError(f"m has shape {arrays[0].shape} and n {arrays[1].shape}: expected equal")
+    return arrays[0], arrays[1]
+
+
+def _points(m: object, n: object, gap: object, parameters: int) -> tuple[np.ndarray, ...]:
+    m_, n_ = _grid(m, n)
+    y = np.atleast_1d(np.asarray(gap, dtype=np.float64))
+    if y.shape != m_.shape or not np.all(np.isfinite(y)):
+        raise ValueError(f"gap has shape {y.shape}: expected finite values of shape {m_.shape}")
+    if y.size < parameters:
+        raise ValueError(f"gap has {y.size} points: expected at least {parameters}")
+    return m_, n_, y
+
+
+def _r2(y: np.ndarray, rss: float) -> float:
+    """1 - rss / tss; NaN when the gaps are all equal (tss = 0)."""
+    tss = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - rss / tss if tss > 0 else math.nan
+
+
+def rate_basis(shape: str, m: object, n: object) -> torch.Tensor:
+    """Columns [1, basis_1(m, n), ...] of a rate shape (module docstring).
+
+    Shape: m, n (N,) with m, n >= 1; returns (N, P) float64, P = 1 + number of slopes.
+    """
+    basis = _shape(shape)
+    m_, n_ = _grid(m, n)
+    columns = [np.ones_like(m_)] + [f(m_, n_) for _, f in basis]
+    return torch.from_numpy(np.stack(columns, axis=1))
+
+
+def rate_curve(shape: str, coefs: dict[str, float], m: object, n: object) -> torch.Tensor:
+    """c + sum_k coefs[k] basis_k(m, n). Shape: m, n (N,); returns (N,) float64."""
+    names = ("c",) + tuple(name for name, _ in _shape(shape))
+    if set(coefs) != set(names):
+        raise ValueError(f"coefs has keys {sorted(coefs)}: expected {sorted(names)}")
+    weights = torch.tensor([float(coefs[name]) for name in names], dtype=torch.float64)
+    return rate_basis(shape, m, n) @ weights
+
+
+def fit_rate(shape: str, m: object, n: object, gap: object) -> RateFit:
+    """Least squares gap ~ rate shape, intercept free, slopes >= 0.
+
+    Centering removes the intercept exactly (c = mean(y) - mean(X) a), and scipy's nnls solves
+    the centred problem min ||X_c a - y_c|| s.t. a >= 0. Shape: m, n, gap (N,).
+    """
+    names = tuple(name for name, _ in _shape(shape))
+    m_, n_, y = _points(m, n, gap, 1 + len(names))
+    X = rate_basis(shape, m_, n_).numpy()[:, 1:]  # (N, slopes)
+    X_mean, y_mean = X.mean(axis=0), y.mean()
+    slopes, _ = nnls(X - X_mean, y - y_mean)
+    intercept = float(y_mean - X_mean @ slopes)
+    rss = float(np.sum((y - intercept - X @ slopes) ** 2))
+    coefs = {"c": intercept} | {name: float(s) for name, s in zip(names, slopes, strict=True)}
+    return RateFit(shape, coefs, rss, _r2(y, rss), math.sqrt(rss / y.size), int(y.size))
+
+
+def fit_power(m: object, n: object, gap: object) -> PowerFit:
+    """Fit gap ~ c + a m^-alpha + b n^-beta with a, b >= 0 and 0 <= alpha, beta <= 4.
+
+    scipy least_squares (trf, bounded) from a fixed grid of starting exponents
+    {0.25, 0.5, 1, 2}^2 with (c, a, b) = (min gap, range, range); the lowest cost wins, so the fit
+    is deterministic. Shape: m, n, gap (N,).
+    """
+    m_, n_, y = _points(m, n, gap, 5)
+    spread = max(float(y.max() - y.min()), 1e-12)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        c, a, alpha, b, beta = x
+        return c + a * m_**-alpha + b * n_**-beta - y
+
+    lower = [-np.inf, 0.0, 0.0, 0.0, 0.0]
+    upper = [np.inf, np.inf, 4.0, np.inf, 4.0]
+    best = None
+    for alpha0 in (0.25, 0.5, 1.0, 2.0):
+        for beta0 in (0.25, 0.5, 1.0, 2.0):
+            x0 = [float(y.min()), spread, alpha0, spread, beta0]
+            result = least_squares(
+                residuals,
+                x0,
+                bounds=(lower, upper),
+                method="trf",
+                ftol=1e-15,
+                xtol=1e-15,
+                gtol=1e-15,
+                max_nfev=2000,
+            )
+            if best is None or result.cost < best.cost:
+                best = result
+    c, a, alpha, b, beta = (float(v) for v in best.x)
+    rss = float(np.sum(residuals(best.x) ** 2))
+    coefs = {"c": c, "a": a, "b": b}
+    return PowerFit(alpha, beta, coefs, rss, _r2(y, rss), math.sqrt(rss / y.size), int(y.size))
+
+
+def critical_m(m_values: object, perf: object, tol: float = 0.01) -> float:
+    """Saturation point m*(n): the smallest m with perf >= max(perf) - tol * (max - min).
+
+    Higher perf is better. Shape: m_values, perf (K,).
+    """
+    m_ = np.atleast_1d(np.asarray(m_values, dtype=np.float64))
+    y = np.atleast_1d(np.asarray(perf, dtype=np.float64))
+    if m_.ndim != 1 or m_.size == 0 or y.shape != m_.shape:
+        raise ValueError(f"perf has shape {y.shape}: expected the shape of m_values, {m_.shape}")
+    if not (np.all(np.isfinite(m_)) and np.all(np.isfinite(y))):
+        raise ValueError("m_values and perf: expected finite values")
+    tol = _nonnegative("tol", tol)
+    threshold = y.max() - tol * (y.max() - y.min())
+    return float(m_[y >= threshold].min())
+
+
+def fit_exponent(n_values: object, m_star: object) -> tuple[float, float]:
+    """Log-log least squares m* ~ coef n^exponent (the paper reports m* ~ n^0.94).
+
+    Pairs with a non-finite or non-positive value are ignored; (NaN, NaN) when fewer than two
+    distinct n remain. Shape: n_values, m_star (K,).
+    """
+    n_ = np.atleast_1d(np.asarray(n_values, dtype=np.float64))
+    y = np.atleast_1d(np.asarray(m_star, dtype=np.float64))
+    if n_.ndim != 1 or y.shape != n_.shape:
+        raise ValueError(f"m_star has shape {y.shape}: expected the shape of n_values, {n_.shape}")
+    keep = np.isfinite(n_) & np.isfinite(y) & (n_ > 0) & (y > 0)
+    log_n, log_m = np.log(n_[keep]), np.log(y[keep])
+    if np.unique(log_n).size < 2:
+        return math.nan, math.nan
+    exponent, intercept = np.polyfit(log_n, log_m, 1)
+    return float(math.exp(intercept)), float(exponent)

@@ -1,0 +1,121 @@
+"""The `crl` command: run, check, query, report, bench. Bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Generalization bounds for contrastive representation learning, at scale.",
+)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"crl: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _run_dir(run: str, out: str) -> Path:
+    path = Path(run)
+    if not path.is_dir():
+        path = Path(out) / run
+    if not (path / "tables").is_dir():
+        _fail(f"run {run}: no tables folder at {path / 'tables'}")
+    return path
+
+
+@app.command()
+def run(
+    config: Annotated[str, typer.Argument(help="YAML config, e.g. conf/quickstart.yaml")],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    set_: Annotated[
+        list[str], typer.Option("--set", help="override: dotted.key=value (YAML)")
+    ] = [],  # noqa: B006
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (else RAY_ADDRESS, else a local Ray)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+) -> None:
+    """Run (or resume) the Prefect flow bound_grid over the config's (m, n) grid."""
+    from crl import config as crl_config
+    from crl import pipeline
+
+    try:
+        cfg = crl_config.load(config, set_)
+        pipeline.prepare(cfg, out)  # every check before Prefect or Ray start
+    except crl_config.ConfigError as err:
+        _fail(str(err))
+    from crl import runtime
+
+    runtime.prefect_local_env()
+    from flows.bound_grid import bound_grid
+
+    try:
+        result = bound_grid(config, list(set_), out, ray_address, not quiet)
+    except crl_config.ConfigError as err:
+        _fail(str(err))
+    tables = Path(result["run_dir"]) / "tables"
+    typer.echo(
+        f"crl: {result['cells_total']} cells ({result['cells_skipped']} already done, "
+        f"{result['cells_computed']} computed, {len(result['failures'])} failed) "
+        f"on {result['where']}"
+    )
+    typer.echo(
+        f"crl: Gamma_M held in {result['bounds_held']} of {result['bounds_checked']} "
+        "one-negative cells"
+    )
+    typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")
+    typer.echo(f"crl: report  {result['report']}")
+    if result["failures"]:
+        for failure in result["failures"]:
+            typer.echo(
+                f"crl: cell {failure['cell_id']} {failure['key']} failed: {failure['error']}",
+                err=True,
+            )
+        typer.echo(f"crl: failures recorded in {tables / 'failures.parquet'}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
+    sql: Annotated[
+        str, typer.Argument(help='e.g. "select regime, avg(gap) from cells group by regime"')
+    ],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    rows: Annotated[int, typer.Option(help="rows to print")] = 50,
+) -> None:
+    """Polars SQL over the run's tables (cells, summary, fits, and failures/checks when present)."""
+    import polars as pl
+
+    tables = _run_dir(run, out) / "tables"
+    context = pl.SQLContext({p.stem: pl.scan_parquet(p) for p in sorted(tables.glob("*.parquet"))})
+    try:
+        frame = context.execute(sql, eager=True)
+    except Exception as err:  # Polars raises several error types for bad SQL
+        _fail(f"query: {str(err).splitlines()[0]}")
+    with pl.Config(tbl_rows=rows, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=40):
+        typer.echo(str(frame))
+
+
+@app.command()
+def report(
+    run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+) -> None:
+    """Rebuild the report (plots and index.html) from the run's tables alone."""
+    from crl import report as crl_report
+
+    root = _run_dir(run, out)
+    page = crl_report.build(root / "tables", root / "report", root / ".staging")
+    typer.echo(f"crl: report  {page}")
+
+
+def main() -> None:
+    sys.exit(app())

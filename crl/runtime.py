@@ -1,0 +1,111 @@
+"""Start or connect Ray, set up Prefect's local mode, and read provenance (version, git commit).
+
+The only module besides the CLI and flows that imports ray; kernels never do.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import crl
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def prefect_local_env(home: Path | None = None) -> None:
+    """Prefect in local mode: a temporary server on 127.0.0.1 with a persistent, git-ignored home.
+
+    A persistent PREFECT_HOME keeps the SQLite database between runs, so the temporary server
+    skips its migrations the second time (about 20 s -> 7 s here). Analytics and telemetry are
+    off: the analytics heartbeat is what locks SQLite ("database is locked").
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        return
+    home = home or Path(os.environ.get("CRL_PREFECT_HOME", REPO / ".prefect"))
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+
+
+def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
+    """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1.
+
+    A bare ray.init() silently attaches to any running cluster; address="local" never does.
+    Returns a short description of where the work runs.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return "ray (already connected)"
+    address = address or os.environ.get("RAY_ADDRESS")
+    quiet = {"logging_level": "ERROR", "log_to_driver": False}
+    runtime_env = {"env_vars": {"PYTHONPATH": str(REPO)}}
+    if address and address != "local":
+        ray.init(address=address, runtime_env=runtime_env, **quiet)
+        return f"ray cluster at {address}"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(
+        address="local",
+        num_cpus=num_cpus or os.cpu_count(),
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        object_store_memory=_object_store_bytes(),
+        runtime_env=runtime_env,
+        **quiet,
+    )
+    return "local ray on 127.0.0.1"
+
+
+def _object_store_bytes() -> int:
+    return int(os.environ.get("CRL_OBJECT_STORE_MB", "512")) * 1024 * 1024
+
+
+def gpus_available() -> float:
+    import ray
+
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def cpus_available() -> float:
+    import ray
+
+    return float(ray.cluster_resources().get("CPU", 1.0))
+
+
+def git_commit() -> str:
+    """The commit of the checkout, '-dirty' when tracked files differ; 'unknown' outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(config_hash: str, run_id: str) -> dict[str, str]:
+    """The columns every output table carries."""
+    return {
+        "run_id": run_id,
+        "config_hash": config_hash,
+        "crl_version": crl.__version__,
+        "git_commit": git_commit(),
+    }

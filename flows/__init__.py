@@ -1,0 +1,1 @@
+"""Prefect flows of crl: thin orchestration over crl.pipeline, no math."""

@@ -1,0 +1,86 @@
+"""The config schema: validation errors name the field, overrides, canonical hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crl import config
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "conf" / "quickstart.yaml"
+
+
+def test_quickstart_loads_and_hash_is_stable() -> None:
+    a = config.load(QUICKSTART)
+    b = config.load(QUICKSTART)
+    assert a.hash() == b.hash() and len(a.hash()) == 12
+    assert a.run_id() == f"quickstart-{a.hash()}"
+    assert {r for r, _ in config.objectives(a.grid)} == {"one_negative", "scrl", "sscrl"}
+    assert {loss for _, loss in config.objectives(a.grid)} == set(config.LOSSES)
+
+
+def test_override_changes_hash_and_parses_yaml() -> None:
+    base = config.load(QUICKSTART)
+    changed = config.load(QUICKSTART, ["grid.m=[2, 8]", "eval.temperature=0.25"])
+    assert changed.grid.m == [2, 8] and changed.eval.temperature == 0.25
+    assert changed.hash() != base.hash()
+
+
+def test_defaults_filled_in_hash() -> None:
+    """Writing a default explicitly does not change the hash: it is over the validated config."""
+    base = config.load(QUICKSTART)
+    explicit = config.load(QUICKSTART, [f"eval.probe_points={base.eval.probe_points}"])
+    assert explicit.hash() == base.hash()
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("grid.m=[0, 4]", "grid.m"),
+        ("grid.n=[0]", "grid.n"),
+        ("grid.m=[]", "grid.m"),
+        ("model.R=0", "model.R"),
+        ("model.R=-1", "model.R"),
+        ("eval.temperature=0", "eval.temperature"),
+        ("eval.delta=1.5", "eval.delta"),
+        ("eval.delta=0", "eval.delta"),
+        ("grid.losses=[bogus]", "grid.losses"),
+        ("grid.regimes=[nope]", "grid.regimes"),
+        ("dataset.kind=mnist", "dataset"),
+        ("model.colour=3", "model.colour"),
+        ("grid.regimes=[one_negative]", "grid"),
+    ],
+)
+def test_bad_values_name_the_field(override: str, field: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.load(
+            QUICKSTART, [override] + (["grid.losses=[lse]"] if "one_negative]" in override else [])
+        )
+    message = str(err.value)
+    assert field in message and "\n" not in message
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\ndataset: {kind: synthetic}\n")
+    with pytest.raises(config.ConfigError, match="grid: required key is missing"):
+        config.load(path)
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(config.ConfigError, match="not valid YAML"):
+        config.load(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(config.ConfigError, match="mapping"):
+        config.load(scalar)
+
+
+def test_bad_override_syntax() -> None:
+    with pytest.raises(config.ConfigError, match="key=value"):
+        config.load(QUICKSTART, ["grid.m"])

@@ -1,0 +1,302 @@
+"""crl.losses against float64 loops transcribed from the formulas, closed forms and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crl import losses
+
+L0 = 1.0 + 1.0 / math.log(2.0)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=_gen(seed), dtype=dtype)
+
+
+# ---- naive references: Python loops over floats, one line per formula ----
+
+
+def ref_k_negative(v: list[list[float]], loss: str) -> list[float]:
+    if loss == "hinge":
+        return [max(0.0, 1.0 + max(-vi for vi in row)) for row in v]
+    return [math.log2(1.0 + sum(math.exp(-vi) for vi in row)) for row in v]
+
+
+def ref_lse_risk(pos: list[float], neg: list[list[float]], T: float) -> list[float]:
+    return [
+        T * math.log(sum(math.exp((nj - p) / T) for nj in row) / len(row))
+        for p, row in zip(pos, neg, strict=True)
+    ]
+
+
+def ref_info_nce(pos: list[float], neg: list[list[float]], T: float) -> list[float]:
+    out = []
+    for p, row in zip(pos, neg, strict=True):
+        num = math.exp(p / T)
+        out.append(-math.log(num / (num + sum(math.exp(nj / T) for nj in row))))
+    return out
+
+
+def ref_nt_xent(z1: list[list[float]], z2: list[list[float]], T: float) -> float:
+    z = [[x / math.sqrt(sum(y * y for y in row)) for x in row] for row in z1 + z2]
+    n, half = len(z), len(z1)
+
+    def s(i: int, j: int) -> float:
+        return sum(a * b for a, b in zip(z[i], z[j], strict=True)) / T
+
+    total = 0.0
+    for i in range(n):
+        p = (i + half) % n
+        den = sum(math.exp(s(i, j)) for j in range(n) if j != i)
+        total += -math.log(math.exp(s(i, p)) / den)
+    return total / n
+
+
+# ---- elementwise losses ----
+
+
+def test_hinge_and_logistic_values() -> None:
+    t = torch.tensor([-3.0, -1.0, 0.0, 0.5, 2.0], dtype=torch.float64)
+    assert losses.hinge(t).tolist() == [0.0, 0.0, 1.0, 1.5, 3.0]
+    expected = [math.log2(1 + math.exp(x)) for x in t.tolist()]
+    torch.testing.assert_close(losses.logistic(t), torch.tensor(expected, dtype=torch.float64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.floats(-50, 50),
+    b=st.floats(-50, 50),
+    name=st.sampled_from(["hinge", "logistic"]),
+)
+def test_loss_facts(a: float, b: float, name: str) -> None:
+    """THEORY S1: convex, nondecreasing, L0-Lipschitz, value 1 at 0."""
+    f = getattr(losses, name)
+    la, lb, lmid, l0 = (
+        float(f(torch.tensor(x, dtype=torch.float64))) for x in (a, b, (a + b) / 2, 0.0)
+    )
+    assert l0 == pytest.approx(1.0, abs=1e-15)
+    assert lmid <= (la + lb) / 2 + 1e-12
+    if a <= b:
+        assert la <= lb + 1e-12
+    assert abs(la - lb) <= L0 * abs(a - b) + 1e-12
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_one_negative_applies_loss_to_score(loss: str) -> None:
+    q = _randn(7, seed=1)
+    torch.testing.assert_close(losses.one_negative(q, loss), getattr(losses, loss)(q))
+
+
+def test_triplet_score_loop() -> None:
+    fx, fp, fn = _randn(4, 3, seed=1), _randn(4, 3, seed=2), _randn(4, 3, seed=3)
+    expected = [sum(fx[i, t] * (fn[i, t] - fp[i, t]) for t in range(3)).item() for i in range(4)]
+    torch.testing.assert_close(losses.triplet_score(fx, fp, fn).tolist(), expected)
+
+
+# ---- k negatives ----
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+@pytest.mark.parametrize("n,k", [(1, 1), (5, 1), (4, 3), (6, 10)])
+def test_k_negative_loop(loss: str, n: int, k: int) -> None:
+    v = _randn(n, k, seed=n * 31 + k)
+    expected = ref_k_negative(v.tolist(), loss)
+    torch.testing.assert_close(losses.k_negative(v, loss).tolist(), expected)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_k_negative_with_one_negative_is_one_negative(loss: str) -> None:
+    fx, fp, fn = _randn(6, 4, seed=1), _randn(6, 4, seed=2), _randn(6, 4, seed=3)
+    v = losses.k_negative_margins(fx, fp, fn[:, None, :])  # (6, 1)
+    q = losses.triplet_score(fx, fp, fn)
+    torch.testing.assert_close(losses.k_negative(v, loss), losses.one_negative(q, loss))
+    torch.testing.assert_close(losses.k_negative(v, loss), losses.one_negative(-v[:, 0], loss))
+
+
+def test_k_negative_margins_own_and_shared_loops() -> None:
+    n, k, d = 3, 4, 5
+    fx, fp = _randn(n, d, seed=1), _randn(n, d, seed=2)
+    own, shared = _randn(n, k, d, seed=3), _randn(k, d, seed=4)
+
+    def dot(a: torch.Tensor, b: torch.Tensor) -> float:
+        return sum(a[t].item() * b[t].item() for t in range(d))
+
+    exp_own = [[dot(fx[i], fp[i]) - dot(fx[i], own[i, j]) for j in range(k)] for i in range(n)]
+    exp_sh = [[dot(fx[i], fp[i]) - dot(fx[i], shared[j]) for j in range(k)] for i in range(n)]
+    torch.testing.assert_close(losses.k_negative_margins(fx, fp, own).tolist(), exp_own)
+    torch.testing.assert_close(losses.k_negative_margins(fx, fp, shared).tolist(), exp_sh)
+    own_scores = [[dot(fx[i], own[i, j]) for j in range(k)] for i in range(n)]
+    torch.testing.assert_close(losses.scores_own(fx, own).tolist(), own_scores)
+    sh_scores = [[dot(fx[i], shared[j]) for j in range(k)] for i in range(n)]
+    torch.testing.assert_close(losses.scores_shared(fx, shared).tolist(), sh_scores)
+
+
+# ---- LSE risk (Li et al.) and InfoNCE ----
+
+
+@pytest.mark.parametrize("T", [0.1, 0.5, 2.0])
+@pytest.mark.parametrize("n,m", [(1, 1), (4, 3), (7, 16)])
+def test_lse_risk_and_info_nce_loops(T: float, n: int, m: int) -> None:
+    pos, neg = _randn(n, seed=n + m), _randn(n, m, seed=n * m + 7)
+    lse_ref = ref_lse_risk(pos.tolist(), neg.tolist(), T)
+    nce_ref = ref_info_nce(pos.tolist(), neg.tolist(), T)
+    torch.testing.assert_close(losses.lse_risk(pos, neg, T, reduction="none").tolist(), lse_ref)
+    torch.testing.assert_close(losses.info_nce(pos, neg, T, reduction="none").tolist(), nce_ref)
+    assert losses.lse_risk(pos, neg, T).item() == pytest.approx(sum(lse_ref) / n, rel=1e-12)
+    assert losses.info_nce(pos, neg, T).item() == pytest.approx(sum(nce_ref) / n, rel=1e-12)
+
+
+def test_sscrl_shared_negatives_feed_the_same_kernel() -> None:
+    fx, fp, shared = _randn(5, 3, seed=1), _randn(5, 3, seed=2), _randn(4, 3, seed=3)
+    pos = (fx * fp).sum(1)
+    own = shared.expand(5, 4, 3)  # every anchor holds the same 4 negatives
+    torch.testing.assert_close(
+        losses.lse_risk(pos, losses.scores_shared(fx, shared), 0.3),
+        losses.lse_risk(pos, losses.scores_own(fx, own), 0.3),
+    )
+
+
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_equal_scores_closed_forms(m: int) -> None:
+    pos, neg = torch.full((3,), 0.7), torch.full((3, m), 0.7)
+    assert losses.lse_risk(pos, neg, 0.2).item() == pytest.approx(0.0, abs=1e-6)
+    assert losses.info_nce(pos, neg, 0.2).item() == pytest.approx(math.log(1 + m), rel=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(st.floats(-20, 20), min_size=1, max_size=12),
+    pos=st.floats(-20, 20),
+    T=st.floats(0.05, 10.0),
+)
+def test_lse_risk_bounds(rows: list[float], pos: float, T: float) -> None:
+    """max_j D_j - T log m <= lse_risk <= max_j D_j; info_nce >= lse_risk / T + log m."""
+    p = torch.tensor([pos], dtype=torch.float64)
+    neg = torch.tensor([rows], dtype=torch.float64)
+    m, top = len(rows), max(rows) - pos
+    risk = losses.lse_risk(p, neg, T).item()
+    assert top - T * math.log(m) - 1e-9 <= risk <= top + 1e-9
+    assert losses.info_nce(p, neg, T).item() >= risk / T + math.log(m) - 1e-9
+
+
+# ---- NT-Xent ----
+
+
+@pytest.mark.parametrize("T", [0.1, 0.5, 1.0])
+@pytest.mark.parametrize("B,D", [(2, 3), (5, 4), (8, 16)])
+def test_nt_xent_loop(T: float, B: int, D: int) -> None:
+    z1, z2 = _randn(B, D, seed=B), _randn(B, D, seed=B + 100)
+    expected = ref_nt_xent(z1.tolist(), z2.tolist(), T)
+    assert losses.nt_xent(z1, z2, T).item() == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize("B", [2, 3, 17])
+def test_nt_xent_collinear(B: int) -> None:
+    z = torch.tensor([[3.0, 4.0]]).expand(B, 2)
+    for T in (1e-4, 0.07, 1.0):
+        assert losses.nt_xent(z, 2 * z, T).item() == pytest.approx(math.log(2 * B - 1), rel=1e-5)
+
+
+@pytest.mark.parametrize("B,T", [(4, 0.07), (33, 0.5)])
+def test_nt_xent_matches_pytorch_metric_learning(B: int, T: float) -> None:
+    pml = pytest.importorskip("pytorch_metric_learning.losses")
+    z1, z2 = _randn(B, 8, seed=1, dtype=torch.float32), _randn(B, 8, seed=2, dtype=torch.float32)
+    theirs = pml.NTXentLoss(temperature=T)(torch.cat([z1, z2]), torch.arange(B).repeat(2))
+    assert abs(losses.nt_xent(z1, z2, T).item() - theirs.item()) <= 1e-5
+
+
+# ---- gradients and stability ----
+
+
+GRAD_CASES = {
+    "hinge": lambda x: losses.hinge(x[:, 0]),
+    "logistic": lambda x: losses.logistic(x[:, 0]),
+    "one_negative_hinge": lambda x: losses.one_negative(x[:, 0], "hinge"),
+    "one_negative_logistic": lambda x: losses.one_negative(x[:, 0], "logistic"),
+    "k_negative_hinge": lambda x: losses.k_negative(x, "hinge"),
+    "k_negative_logistic": lambda x: losses.k_negative(x, "logistic"),
+    "lse_risk": lambda x: losses.lse_risk(x[:, 0], x[:, 1:], 0.3),
+    "info_nce": lambda x: losses.info_nce(x[:, 0], x[:, 1:], 0.3, reduction="none"),
+    "nt_xent": lambda x: losses.nt_xent(x[:2], x[2:], 0.4),
+    "triplet_score": lambda x: losses.triplet_score(x[:, :2], x[:, 2:4], x[:, 3:5]),
+    "k_negative_margins": lambda x: losses.k_negative_margins(x[:, :2], x[:, 2:4], x[:3, 3:]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_CASES))
+def test_gradcheck(name: str) -> None:
+    x = (0.37 * _randn(4, 5, seed=11)).requires_grad_()  # away from hinge kinks
+    assert torch.autograd.gradcheck(GRAD_CASES[name], (x,))
+
+
+def _finite_with_grad(value: torch.Tensor, leaf: torch.Tensor) -> None:
+    assert torch.isfinite(value).all()
+    (grad,) = torch.autograd.grad(value.sum(), leaf)
+    assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_stable_at_scores_over_t_of_1e4_float32(sign: float) -> None:
+    T = 1e-4
+    pos = torch.zeros(3, requires_grad=True)
+    neg = (sign * torch.ones(3, 4)).requires_grad_()  # (neg - pos) / T = +-1e4
+    for f in (losses.lse_risk, losses.info_nce):
+        _finite_with_grad(f(pos, neg, T, reduction="none"), neg)
+    risk = losses.lse_risk(pos, neg, T, reduction="none")
+    torch.testing.assert_close(risk, torch.full((3,), sign))  # all D_j equal: risk = D
+    v = (sign * 1e4 * torch.ones(3, 2)).requires_grad_()
+    for loss in ("hinge", "logistic"):
+        _finite_with_grad(losses.k_negative(v, loss), v)
+        _finite_with_grad(losses.one_negative(v[:, 0], loss), v)
+    z1 = torch.randn(6, 5, generator=_gen(0)).requires_grad_()
+    z2 = (sign * z1 + 0.1 * torch.randn(6, 5, generator=_gen(1))).detach()
+    _finite_with_grad(losses.nt_xent(z1, z2, T), z1)
+
+
+# ---- validation ----
+
+A, P, N = torch.zeros(3, 2), torch.zeros(3), torch.zeros(3, 4)
+
+BAD_INPUTS = [
+    (lambda: losses.hinge([1.0]), "t"),
+    (lambda: losses.logistic(torch.tensor([1, 2])), "t"),
+    (lambda: losses.one_negative(P, "square"), "loss"),
+    (lambda: losses.one_negative(N, "hinge"), "q"),
+    (lambda: losses.k_negative(N, "exp"), "loss"),
+    (lambda: losses.k_negative(torch.zeros(3, 0)), "v"),
+    (lambda: losses.k_negative(P), "v"),
+    (lambda: losses.triplet_score(A, torch.zeros(3, 3), A), "fpos"),
+    (lambda: losses.triplet_score(P, P, P), "fx"),
+    (lambda: losses.k_negative_margins(A, A, torch.zeros(3, 4, 5)), "fneg"),
+    (lambda: losses.k_negative_margins(A, A, torch.zeros(0, 2)), "fneg"),
+    (lambda: losses.scores_own(A, torch.zeros(3, 0, 2)), "fneg"),
+    (lambda: losses.scores_shared(A, torch.zeros(4, 3)), "fneg"),
+    (lambda: losses.lse_risk(P, N, 0.0), "temperature"),
+    (lambda: losses.lse_risk(P, N, -1.0), "temperature"),
+    (lambda: losses.lse_risk(P, N, float("nan")), "temperature"),
+    (lambda: losses.lse_risk(P, torch.zeros(3, 0), 1.0), "neg"),
+    (lambda: losses.lse_risk(P, torch.zeros(2, 4), 1.0), "neg"),
+    (lambda: losses.lse_risk(N, N, 1.0), "pos"),
+    (lambda: losses.lse_risk(P, N, 1.0, reduction="sum"), "reduction"),
+    (lambda: losses.info_nce(P, torch.zeros(3, 0), 1.0), "neg"),
+    (lambda: losses.info_nce(P, N, 0), "temperature"),
+    (lambda: losses.info_nce(P, N, 1.0, reduction="max"), "reduction"),
+    (lambda: losses.nt_xent(A, torch.zeros(3, 3), 0.5), "z2"),
+    (lambda: losses.nt_xent(torch.zeros(1, 2), torch.zeros(1, 2), 0.5), "z1"),
+    (lambda: losses.nt_xent(A, A, -0.5), "temperature"),
+]
+
+
+@pytest.mark.parametrize("call,name", BAD_INPUTS)
+def test_bad_inputs_raise_value_error_naming_argument(call, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        call()
