@@ -3,8 +3,10 @@
 Sign-suprema throughput for N = 1e5 rows, p = 128, d = 32, 64 draws, float32 features: useful
 flops 2 * draws * d * N * p per second, divided by this machine's float32 matmul peak measured in
 the same run (a 4096^3 torch.matmul). Target ratio >= 0.7. Two more rows show what bounds it:
-the same block matmuls on ready-made signs (the gemm alone) and the sign generation alone (hash +
-unpack). Timings are the best of several interleaved rounds, so a busy machine hurts less.
+the matmuls alone on ready-made signs (one (p, 4096) @ (4096, d * draws) per block of rows) and
+the sign generation alone (hash + unpack, as the kernel runs it). The kernel runs them one after
+the other on the same cores, so its time is about their sum. Timings are the best of several
+interleaved rounds, so a busy machine hurts less.
 
 Run: `.venv/bin/python bench/kernels_rademacher.py`.
 """

@@ -83,6 +83,58 @@ def run(
 
 
 @app.command()
+def check(
+    config: Annotated[
+        str | None, typer.Argument(help="check config, e.g. conf/checks.yaml")
+    ] = None,
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    instances: Annotated[int | None, typer.Option(help="instances per statement")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override: key=value")] = [],  # noqa: B006
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+) -> None:
+    """Verify every statement of the sources on generated instances (flow theorem_checks)."""
+    from crl import config as crl_config
+    from crl import pipeline_checks
+
+    try:
+        if instances is not None and instances < 1:
+            raise crl_config.ConfigError(f"--instances {instances}: expected an integer >= 1")
+        extra = [f"instances={instances}"] if instances else []
+        cfg = crl_config.load_checks(config, [*set_, *extra])
+        pipeline_checks.prepare(cfg, out)
+    except crl_config.ConfigError as err:
+        _fail(str(err))
+    from crl import runtime
+
+    runtime.prefect_local_env()
+    from flows.theorem_checks import theorem_checks
+
+    result = theorem_checks(config, out, instances, ray_address, not quiet, list(set_))
+    failed = [s for s in result["summary"] if not s["all_held"]]
+    for s in result["summary"]:
+        typer.echo(
+            f"{s['statement']:<24} {s['method']:<11} instances {s['instances']:>4}  "
+            f"min slack {s['min_slack']:+.3g}  median {s['median_slack']:+.3g}  "
+            f"{'held' if s['all_held'] else 'FAILED'}"
+        )
+    typer.echo(f"crl: tables  {result['run_dir']}/tables/{{checks,checks_summary}}.parquet")
+    typer.echo(f"crl: report  {result['report']}")
+    if failed:
+        import polars as pl
+
+        rows = pl.read_parquet(Path(result["run_dir"]) / "tables" / "checks.parquet")
+        for row in rows.filter(~pl.col("holds")).head(20).iter_rows(named=True):
+            typer.echo(
+                f"crl: FAILED {row['statement']} instance {row['instance']} ({row['quantity']}): "
+                f"lhs {row['lhs']:.6g} > rhs {row['rhs']:.6g} beyond ci {row['ci']:.3g}; "
+                f"params {row['params']}",
+                err=True,
+            )
+        raise typer.Exit(1)
+
+
+@app.command()
 def query(
     run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
     sql: Annotated[
@@ -115,6 +167,39 @@ def report(
     root = _run_dir(run, out)
     page = crl_report.build(root / "tables", root / "report", root / ".staging")
     typer.echo(f"crl: report  {page}")
+
+
+BENCHES = {
+    "kernels": ["bench/kernels_losses.py", "bench/kernels_rademacher.py"],
+    "pipeline": ["bench/pipeline.py"],
+}
+
+
+@app.command()
+def bench(
+    which: Annotated[str, typer.Argument(help="kernels | pipeline")] = "kernels",
+) -> None:
+    """Benchmarks that print ratios against references measured in the same run."""
+    import subprocess
+
+    from crl.runtime import REPO
+
+    if which not in BENCHES:
+        _fail(f"bench {which!r}: expected one of {sorted(BENCHES)}")
+    for script in BENCHES[which]:
+        typer.echo(f"== {script}")
+        code = subprocess.run([sys.executable, str(REPO / script)], cwd=REPO).returncode
+        if code:
+            raise typer.Exit(code)
+
+
+def _register_deployment_commands() -> None:
+    from crl import cli_deploy
+
+    cli_deploy.register(app)
+
+
+_register_deployment_commands()
 
 
 def main() -> None:

@@ -33,6 +33,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _Run(_Strict):
+    """A validated top-level config; its canonical hash names the run folder."""
+
+    def hash(self) -> str:
+        """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def run_id(self) -> str:
+        return f"{self.name}-{self.hash()}"
+
+
 class SyntheticData(_Strict):
     """Latent-class model with Gaussian class laws (tau = sum rho^2 known exactly)."""
 
@@ -140,7 +152,7 @@ class RuntimeConfig(_Strict):
     cell_cpus: float = Field(1.0, gt=0)
 
 
-class Config(_Strict):
+class Config(_Run):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
     dataset: Dataset
@@ -149,14 +161,6 @@ class Config(_Strict):
     grid: GridConfig
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
-
-    def hash(self) -> str:
-        """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-    def run_id(self) -> str:
-        return f"{self.name}-{self.hash()}"
 
 
 def objectives(grid: GridConfig) -> list[tuple[str, str]]:
@@ -184,7 +188,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {text!r}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
+    except yaml.YAMLError:
         raise ConfigError(f"--set {key}: value {raw!r} is not YAML") from None
     return key.strip(), value
 
@@ -214,8 +218,7 @@ def validate(tree: dict) -> Config:
         raise ConfigError(_format_error(err)) from None
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
+def _read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path}: does not exist")
@@ -227,8 +230,60 @@ def load(path: str | Path, overrides: list[str] = ()) -> Config:
         raise ConfigError(f"config file {path}: not valid YAML{where}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"config file {path}: expected a YAML mapping at the top level")
+    return tree
+
+
+def _with_overrides(tree: dict, overrides: list[str]) -> dict:
     tree = copy.deepcopy(tree)
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)
-    return validate(tree)
+    return tree
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
+    return validate(_with_overrides(_read_yaml(path), list(overrides)))
+
+
+class ConstantsConfig(_Strict):
+    """Constants of the statements; unset means the true one. Wrong values show checks can fail."""
+
+    contraction: float | None = Field(None, ge=0)
+    calibration_factor: float | None = Field(None, ge=0)
+    collision_c0: float | None = Field(None, ge=0)
+    gamma_scale: float | None = Field(None, ge=0)
+    confidence: float | None = Field(None, gt=0, lt=1)
+
+
+class CheckConfig(_Run):
+    """`crl check`: which statements, how many instances each, from which seed."""
+
+    name: str = Field("checks", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(0, ge=0)
+    statements: list[str] | None = None  # None: every statement
+    instances: int | None = Field(None, ge=1)  # None: each statement's default count
+    chunk: int = Field(20, ge=1)  # instances per Ray task
+    constants: ConstantsConfig = ConstantsConfig()
+
+    @field_validator("statements")
+    @classmethod
+    def _known(cls, value: list[str] | None) -> list[str] | None:
+        from crl.checks import STATEMENTS
+
+        if value is not None:
+            if not value:
+                raise ValueError("must not be empty")
+            unknown = [s for s in value if s not in STATEMENTS]
+            if unknown:
+                raise ValueError(f"unknown statements {unknown}; known: {sorted(STATEMENTS)}")
+        return value
+
+
+def load_checks(path: str | Path | None, overrides: list[str] = ()) -> CheckConfig:
+    """The check config at `path` (defaults when None), with dotted overrides."""
+    tree = _with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
+    try:
+        return CheckConfig.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None

@@ -68,6 +68,17 @@ def prepare(config: Config, out: str | Path) -> RunPaths:
         )
     if sizes["test"] < 2:
         raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")
+    paths = RunPaths(writable(out) / config.run_id())
+    paths.root.mkdir(exist_ok=True)
+    record = json.dumps(
+        {"config": config.model_dump(mode="json"), "hash": config.hash()}, indent=2, sort_keys=True
+    )
+    write_bytes_atomic(record.encode(), paths.config, paths.staging)
+    return paths
+
+
+def writable(out: str | Path) -> Path:
+    """`out`, created if needed, after proving a file can be written there."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -76,13 +87,7 @@ def prepare(config: Config, out: str | Path) -> RunPaths:
         probe.unlink()
     except OSError as err:
         raise ConfigError(f"--out {out}: cannot write there ({err.strerror})") from None
-    paths = RunPaths(out / config.run_id())
-    paths.root.mkdir(exist_ok=True)
-    record = json.dumps(
-        {"config": config.model_dump(mode="json"), "hash": config.hash()}, indent=2, sort_keys=True
-    )
-    write_bytes_atomic(record.encode(), paths.config, paths.staging)
-    return paths
+    return out
 
 
 def tau_of(config: Config, labels: np.ndarray) -> float | None:
@@ -95,7 +100,7 @@ def tau_of(config: Config, labels: np.ndarray) -> float | None:
     return None
 
 
-def _progress(label: str, done: int, total: int, started: float) -> None:
+def progress_line(label: str, done: int, total: int, started: float) -> None:
     if (
         total == 0
         or not sys.stderr.isatty()
@@ -255,7 +260,7 @@ def run_cells(
             failures.append(result)
         done += 1
         if progress:
-            _progress("cells", done, len(todo), started)
+            progress_line("cells", done, len(todo), started)
     if failures:
         rows = [
             {"cell_id": f["cell_id"], **f["key"], "error": f["error"], "traceback": f["traceback"]}

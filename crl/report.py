@@ -195,3 +195,44 @@ commit {html.escape(prov["git_commit"])}</p>
 </body></html>"""
     write_bytes_atomic(page.encode(), out / "index.html", staging)
     return out / "index.html"
+
+
+def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:
+    """Slack distribution per statement (symmetric-log x axis; failures in red)."""
+    statements = checks["statement"].unique(maintain_order=True).to_list()
+    fig, axes = _panels(len(statements))
+    for ax, statement in zip(axes, statements, strict=False):
+        sub = checks.filter(pl.col("statement") == statement)
+        held = sub.filter(pl.col("holds"))["slack"].to_list()
+        failed = sub.filter(~pl.col("holds"))["slack"].to_list()
+        ax.hist(held, bins=30, color="tab:blue", label=f"held ({len(held)})")
+        if failed:
+            ax.hist(failed, bins=30, color="tab:red", label=f"failed ({len(failed)})")
+        ax.axvline(0, color="black", lw=0.7)
+        ax.set_xscale("symlog", linthresh=1e-6)
+        ax.set(title=statement, xlabel="slack (rhs - lhs)", ylabel="rows")
+        ax.legend(fontsize=7)
+    _save(fig, path, staging)
+
+
+def build_checks(tables: Path, out: Path, staging: Path) -> Path:
+    """Slack plots and report/index.html of a `crl check` run, from its tables alone."""
+    checks = pl.read_parquet(tables / "checks.parquet")
+    summary = pl.read_parquet(tables / "checks_summary.parquet")
+    out.mkdir(parents=True, exist_ok=True)
+    plot_slack(checks, out / "slack.png", staging)
+    prov = summary.row(0, named=True)
+    failed = checks.filter(~pl.col("holds")).select(
+        ["statement", "instance", "quantity", "method", "lhs", "rhs", "slack", "ci", "params"]
+    )
+    view = summary.drop(["run_id", "config_hash", "crl_version", "git_commit"])
+    page = f"""<!doctype html><html><head><meta charset="utf-8">
+<title>crl check {prov["run_id"]}</title><style>body{{font-family:sans-serif;margin:2em}}
+table{{border-collapse:collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:2px 6px}}
+img{{max-width:100%}}</style></head><body><h1>crl check {html.escape(prov["run_id"])}</h1>
+<p>crl {prov["crl_version"]} &middot; commit {html.escape(prov["git_commit"])}</p>
+<h2>Statements</h2>{_html_table(view)}
+<h2>Failed rows</h2>{_html_table(failed) if failed.height else "<p>none</p>"}
+<h2>Slack distributions</h2><img src="slack.png"></body></html>"""
+    write_bytes_atomic(page.encode(), out / "index.html", staging)
+    return out / "index.html"
