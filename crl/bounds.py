@@ -244,15 +244,59 @@ def fit_rate(shape: str, m: object, n: object, gap: object) -> RateFit:
     return RateFit(shape, coefs, rss, _r2(y, rss), math.sqrt(rss / y.size), int(y.size))
 
 
+def _two_slope_nnls(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """min ||c + X s - y|| over c free and s >= 0, for a batch of two-column designs.
+
+    Shape: X (G, N, 2), y (N,) -> slopes (G, 2), rss (G,). The active-set solutions of a
+    two-variable NNLS are enumerated exactly: both slopes free, one slope zero, both zero.
+    """
+    Xc = X - X.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    g11, g22 = (Xc[..., 0] ** 2).sum(1), (Xc[..., 1] ** 2).sum(1)
+    g12 = (Xc[..., 0] * Xc[..., 1]).sum(1)
+    r1, r2 = (Xc[..., 0] * yc).sum(1), (Xc[..., 1] * yc).sum(1)
+    det = g11 * g22 - g12**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        both = np.stack([(g22 * r1 - g12 * r2) / det, (g11 * r2 - g12 * r1) / det], axis=1)
+        only_a = np.stack([np.maximum(r1 / g11, 0.0), np.zeros_like(r1)], axis=1)
+        only_b = np.stack([np.zeros_like(r2), np.maximum(r2 / g22, 0.0)], axis=1)
+    candidates = [only_a, only_b, np.zeros_like(both)]
+    feasible = np.all(both >= 0, axis=1) & np.isfinite(det) & (det > 1e-300)
+    candidates.append(np.where(feasible[:, None], both, 0.0))
+    best_rss, best = None, None
+    for slopes in candidates:
+        slopes = np.nan_to_num(slopes)
+        resid = yc[None] - np.einsum("gnk,gk->gn", Xc, slopes)
+        rss = (resid**2).sum(1)
+        if best is None:
+            best_rss, best = rss, slopes
+        else:
+            better = rss < best_rss
+            best_rss = np.where(better, rss, best_rss)
+            best = np.where(better[:, None], slopes, best)
+    return best, best_rss
+
+
+_EXPONENT_GRID = np.linspace(0.0, 4.0, 81)
+
+
 def fit_power(m: object, n: object, gap: object) -> PowerFit:
     """Fit gap ~ c + a m^-alpha + b n^-beta with a, b >= 0 and 0 <= alpha, beta <= 4.
 
-    scipy least_squares (trf, bounded) from a fixed grid of starting exponents
-    {0.25, 0.5, 1, 2}^2 with (c, a, b) = (min gap, range, range); the lowest cost wins, so the fit
-    is deterministic. Shape: m, n, gap (N,).
+    Variable projection: for fixed exponents the model is linear in (c, a, b), solved exactly
+    (c free, a, b >= 0) on an 81 x 81 grid of (alpha, beta); the best grid point then seeds
+    one bounded scipy least_squares refinement of all five parameters, kept only if it lowers
+    the residual. Deterministic. Shape: m, n, gap (N,).
     """
     m_, n_, y = _points(m, n, gap, 5)
-    spread = max(float(y.max() - y.min()), 1e-12)
+    alphas, betas = np.meshgrid(_EXPONENT_GRID, _EXPONENT_GRID, indexing="ij")
+    alphas, betas = alphas.ravel(), betas.ravel()
+    X = np.stack([m_[None] ** -alphas[:, None], n_[None] ** -betas[:, None]], axis=2)
+    slopes, rss = _two_slope_nnls(X, y)
+    k = int(np.argmin(rss))
+    a0, b0 = slopes[k]
+    c0_ = float(y.mean() - X[k].mean(axis=0) @ slopes[k])
+    start = np.array([c0_, a0, alphas[k], b0, betas[k]])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         c, a, alpha, b, beta = x
@@ -260,26 +304,15 @@ def fit_power(m: object, n: object, gap: object) -> PowerFit:
 
     lower = [-np.inf, 0.0, 0.0, 0.0, 0.0]
     upper = [np.inf, np.inf, 4.0, np.inf, 4.0]
-    best = None
-    for alpha0 in (0.25, 0.5, 1.0, 2.0):
-        for beta0 in (0.25, 0.5, 1.0, 2.0):
-            x0 = [float(y.min()), spread, alpha0, spread, beta0]
-            result = least_squares(
-                residuals,
-                x0,
-                bounds=(lower, upper),
-                method="trf",
-                ftol=1e-15,
-                xtol=1e-15,
-                gtol=1e-15,
-                max_nfev=2000,
-            )
-            if best is None or result.cost < best.cost:
-                best = result
-    c, a, alpha, b, beta = (float(v) for v in best.x)
-    rss = float(np.sum(residuals(best.x) ** 2))
+    best = start
+    refined = least_squares(residuals, start, bounds=(lower, upper), method="trf", max_nfev=200)
+    if np.sum(residuals(refined.x) ** 2) < np.sum(residuals(start) ** 2):
+        best = refined.x
+    c, a, alpha, b, beta = (float(v) for v in best)
+    rss_best = float(np.sum(residuals(best) ** 2))
     coefs = {"c": c, "a": a, "b": b}
-    return PowerFit(alpha, beta, coefs, rss, _r2(y, rss), math.sqrt(rss / y.size), int(y.size))
+    return PowerFit(alpha, beta, coefs, rss_best, _r2(y, rss_best), math.sqrt(rss_best / y.size),
+                    int(y.size))
 
 
 def critical_m(m_values: object, perf: object, tol: float = 0.01) -> float:

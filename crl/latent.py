@@ -18,7 +18,8 @@ from typing import Literal, NamedTuple
 import torch
 
 from crl import _validate
-from crl.metrics import _binary_loss, mean_ci, mean_ci_rows
+from crl.losses import binary
+from crl.metrics import mean_ci, mean_ci_rows
 
 Representation = Callable[[torch.Tensor], torch.Tensor]
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -328,7 +329,7 @@ def population(
     """
     if model.support is None:
         raise ValueError("model is gaussian: expected a discrete model (use population_mc)")
-    ell = _binary_loss(loss)
+    ell = binary(loss)
     rho, probs = model.prior, model.support_probs                          # C, C x S
     feats = _features(f, model.support)                                     # C x S x d
     mu = torch.einsum("ca,cad->cd", probs, feats)                           # C x d
@@ -420,7 +421,7 @@ def population_mc(
       bias is O(batches / samples) and is not in the CI.
     Requires at least two classes with rho_c > 0. Memory O(C * samples * (D + d)).
     """
-    ell = _binary_loss(loss)
+    ell = binary(loss)
     gen = _generator(generator)
     _validate.at_least("batches", batches, 2)
     _validate.at_least("samples", samples, 2 * batches)

@@ -9,6 +9,7 @@ accumulated in float64 and cast back to the input dtype.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +73,11 @@ def logistic(t: torch.Tensor) -> torch.Tensor:
     """
     t = _floating("t", t)
     return torch.logaddexp(t, torch.zeros_like(t)) / LN2
+
+
+def binary(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The one-negative loss called `name`: `hinge` or `logistic` (THEORY A)."""
+    return {"hinge": hinge, "logistic": logistic}[_choice("loss", name, ("hinge", "logistic"))]
 
 
 def triplet_score(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:

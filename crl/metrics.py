@@ -7,34 +7,14 @@ Retrieval AUC and the calibration inequality: Li et al. 2026 (THEORY.md section 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
 import torch
 
-from crl import _validate
+from crl import _validate, losses
 
 _LN2 = math.log(2.0)
-
-
-def _hinge(t: torch.Tensor) -> torch.Tensor:
-    """l_h(t) = max(1 + t, 0)."""
-    return (1.0 + t).clamp(min=0.0)
-
-
-def _logistic(t: torch.Tensor) -> torch.Tensor:
-    """l_log(t) = log2(1 + e^t), computed as logaddexp(t, 0) / ln 2 (exact for large |t|)."""
-    return torch.logaddexp(t, torch.zeros_like(t)) / _LN2
-
-
-def _binary_loss(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The one-negative loss named `name` ("hinge" or "logistic"), THEORY.md section A."""
-    if name == "hinge":
-        return _hinge
-    if name == "logistic":
-        return _logistic
-    raise ValueError(f"loss={name!r}: expected 'hinge' or 'logistic'")
 
 
 def _check_labelled(name: str, feats: torch.Tensor, labels: torch.Tensor) -> None:
@@ -93,7 +73,7 @@ def mean_classifier(
         drawn from train_y.
     """
     _check_pair(train_f, train_y, test_f, test_y)
-    ell = _binary_loss(loss)
+    ell = losses.binary(loss)
     classes, train_idx, counts = torch.unique(train_y, return_inverse=True, return_counts=True)
     test_y = test_y.to(classes.dtype)
     test_idx = torch.searchsorted(classes, test_y).clamp(max=len(classes) - 1)

@@ -52,7 +52,7 @@ def plot_gap_vs_n(summary: pl.DataFrame, path: Path, staging: Path) -> None:
             shown = ax.errorbar(
                 n,
                 gap,
-                yerr=line["gap_ci"].fill_nan(0).fill_null(0).to_list(),
+                yerr=line["gap_seed_ci"].fill_nan(0).fill_null(0).to_list(),
                 marker="o",
                 capsize=2,
                 label=f"|gap| m={m}",
@@ -82,7 +82,7 @@ def plot_gap_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> None:
             ax.errorbar(
                 line["m"].to_list(),
                 line["gap_mean"].to_list(),
-                yerr=line["gap_ci"].fill_nan(0).fill_null(0).to_list(),
+                yerr=line["gap_seed_ci"].fill_nan(0).fill_null(0).to_list(),
                 marker="o",
                 capsize=2,
                 label=f"n={n}",
@@ -105,7 +105,7 @@ def plot_downstream_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> No
             ax.errorbar(
                 sub["m"].to_list(),
                 sub[f"{metric}_mean"].to_list(),
-                yerr=sub[f"{metric}_ci"].fill_nan(0).fill_null(0).to_list(),
+                yerr=sub[f"{metric}_seed_ci"].fill_nan(0).fill_null(0).to_list(),
                 marker="o",
                 capsize=2,
                 label=metric,
@@ -172,7 +172,7 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
             "train_loss_mean",
             "test_loss_mean",
             "gap_mean",
-            "gap_ci",
+            "gap_seed_ci",
             "bound_gamma_mean",
             "bound_holds_fraction",
             "retrieval_auc_mean",

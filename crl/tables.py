@@ -64,7 +64,7 @@ def collect_cells(cells_dir: Path, provenance: dict[str, str]) -> pl.DataFrame:
         raise FileNotFoundError(f"{cells_dir}: no cell files")
     frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed").sort(ORDER)
     prov = [pl.lit(v).alias(k) for k, v in provenance.items()]
-    return frame.select([*prov, pl.all()])
+    return frame.select([*prov, "cell_id", "dataset", pl.all().exclude("cell_id", "dataset")])
 
 
 def summarise(cells: pl.DataFrame) -> pl.DataFrame:
@@ -87,7 +87,10 @@ def summarise(cells: pl.DataFrame) -> pl.DataFrame:
         lambda k: float(stats.t.ppf(0.975, k - 1)) if k > 1 else math.nan, return_dtype=pl.Float64
     )
     return out.with_columns(
-        [(t * pl.col(f"{c}_std") / pl.col("seeds").sqrt()).alias(f"{c}_ci") for c in SUMMARISED]
+        [
+            (t * pl.col(f"{c}_std") / pl.col("seeds").sqrt()).alias(f"{c}_seed_ci")
+            for c in SUMMARISED
+        ]
     )
 
 

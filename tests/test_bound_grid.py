@@ -129,7 +129,7 @@ def test_summary_and_fits(tiny_run: dict) -> None:
     )["gap"].to_numpy()
     assert one["gap_mean"][0] == pytest.approx(gaps.mean())
     assert one["gap_std"][0] == pytest.approx(gaps.std(ddof=1))
-    assert one["gap_ci"][0] == pytest.approx(
+    assert one["gap_seed_ci"][0] == pytest.approx(
         12.706204736 * gaps.std(ddof=1) / math.sqrt(2), rel=1e-6
     )
     fits = pl.read_parquet(tables / "fits.parquet")
