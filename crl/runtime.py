@@ -45,7 +45,8 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         return "ray (already connected)"
     address = address or os.environ.get("RAY_ADDRESS")
     quiet = {"logging_level": "ERROR", "log_to_driver": False}
-    runtime_env = {"env_vars": {"PYTHONPATH": str(REPO)}}
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
     if address and address != "local":
         ray.init(address=address, runtime_env=runtime_env, **quiet)
         return f"ray cluster at {address}"

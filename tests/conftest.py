@@ -10,9 +10,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def crl(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def crl(
+    *args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the crl CLI in a fresh process, as a user would."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "crl", *args],
         cwd=cwd or REPO,
