@@ -65,7 +65,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
 
 
 def _object_store_bytes() -> int:
-    return int(os.environ.get("CRL_OBJECT_STORE_MB", "512")) * 1024 * 1024
+    return int(os.environ.get("CRL_OBJECT_STORE_MB", "2048")) * 1024 * 1024
 
 
 def gpus_available() -> float:

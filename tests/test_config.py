@@ -84,3 +84,17 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 def test_bad_override_syntax() -> None:
     with pytest.raises(config.ConfigError, match="key=value"):
         config.load(QUICKSTART, ["grid.m"])
+
+
+def test_public_api_names() -> None:
+    """The names notebooks rely on (issue: math core public API)."""
+    import crl
+
+    for module, names in {
+        "losses": ["hinge", "logistic", "k_negative", "lse_risk", "info_nce", "nt_xent"],
+        "bounds": ["L0", "oscillation", "saunshi_gamma", "lemma51_gamma"],
+        "rademacher": ["linear", "exact_linear", "exact_finite"],
+        "metrics": ["retrieval_auc"],
+    }.items():
+        for name in names:
+            assert hasattr(getattr(crl, module), name), f"crl.{module}.{name}"
