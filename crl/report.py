@@ -198,20 +198,19 @@ commit {html.escape(prov["git_commit"])}</p>
 
 
 def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:
-    """Slack distribution per statement (symmetric-log x axis; failures in red)."""
+    """Sorted slack per statement against its quantile (symmetric-log y); failures in red."""
     statements = checks["statement"].unique(maintain_order=True).to_list()
     fig, axes = _panels(len(statements))
     for ax, statement in zip(axes, statements, strict=False):
-        sub = checks.filter(pl.col("statement") == statement)
-        held = sub.filter(pl.col("holds"))["slack"].to_list()
-        failed = sub.filter(~pl.col("holds"))["slack"].to_list()
-        ax.hist(held, bins=30, color="tab:blue", label=f"held ({len(held)})")
-        if failed:
-            ax.hist(failed, bins=30, color="tab:red", label=f"failed ({len(failed)})")
-        ax.axvline(0, color="black", lw=0.7)
-        ax.set_xscale("symlog", linthresh=1e-6)
-        ax.set(title=statement, xlabel="slack (rhs - lhs)", ylabel="rows")
-        ax.legend(fontsize=7)
+        sub = checks.filter(pl.col("statement") == statement).sort("slack")
+        quantile = [(i + 0.5) / sub.height for i in range(sub.height)]
+        colours = ["tab:blue" if held else "tab:red" for held in sub["holds"].to_list()]
+        ax.scatter(quantile, sub["slack"].to_list(), c=colours, s=6)
+        ax.axhline(0, color="black", lw=0.7)
+        ax.set_yscale("symlog", linthresh=1e-6)
+        failed = int((~sub["holds"]).sum())
+        ax.set(title=f"{statement} ({sub.height} rows, {failed} failed)", xlabel="quantile",
+               ylabel="slack (rhs - lhs)")
     _save(fig, path, staging)
 
 
