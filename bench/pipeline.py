@@ -7,7 +7,7 @@
    cells computed in one plain process (all cores to torch). Target <= 1.15.
 3. Peak RSS of one cell with n = 1e6, m = 16, 128 features, in a fresh process. Target <= 4 GB.
 
-Usage: .venv/bin/python bench/pipeline.py [--skip-rss]
+Usage: .venv/bin/python bench/pipeline.py [quickstart] [overhead] [rss]   (default: all three)
 """
 
 from __future__ import annotations
@@ -129,10 +129,10 @@ def main() -> None:
     results: dict = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="crl-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        results.update(quickstart(tmp))
-        results.update(overhead(tmp))
-        if "--skip-rss" not in sys.argv:
-            results.update(big_cell(tmp))
+        chosen = sys.argv[1:] or ["quickstart", "overhead", "rss"]
+        for name, part in (("quickstart", quickstart), ("overhead", overhead), ("rss", big_cell)):
+            if name in chosen:
+                results.update(part(tmp))
     for key, value in results.items():
         print(f"{key:32s} {value:.3f}" if isinstance(value, float) else f"{key:32s} {value}")
     print("targets: quickstart cold <= 90 s; flow_over_plain <= 1.15; big cell peak <= 4 GB")

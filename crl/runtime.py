@@ -6,6 +6,7 @@ The only module besides the CLI and flows that imports ray; kernels never do.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -39,19 +40,26 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
     A bare ray.init() silently attaches to any running cluster; address="local" never does.
     Returns a short description of where the work runs.
     """
+    address = address or os.environ.get("RAY_ADDRESS")
+    local = not address or address == "local"
+    if local and "RAY_AUTH_MODE" not in os.environ:
+        # Ray 2.60's token auth, with a fresh token per process and no token file on disk:
+        # other local users cannot reach this private Ray even on 127.0.0.1. Ray reads these
+        # variables when it is imported, so they are set first.
+        os.environ["RAY_AUTH_MODE"] = "token"
+        if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
     if ray.is_initialized():
         return "ray (already connected)"
-    address = address or os.environ.get("RAY_ADDRESS")
     quiet = {"logging_level": "ERROR", "log_to_driver": False}
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
-    if address and address != "local":
+    if not local:
         ray.init(address=address, runtime_env=runtime_env, **quiet)
         return f"ray cluster at {address}"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(
         address="local",
         num_cpus=num_cpus or os.cpu_count(),
@@ -81,7 +89,13 @@ def cpus_available() -> float:
 
 
 def git_commit() -> str:
-    """The commit of the checkout, '-dirty' when tracked files differ; 'unknown' outside git."""
+    """The commit of the checkout, '-dirty' when tracked files differ; 'unknown' outside git.
+
+    CRL_GIT_COMMIT wins when set: a cluster job or container has no .git (crl submit and the
+    Dockerfile set it from the submitting checkout).
+    """
+    if os.environ.get("CRL_GIT_COMMIT"):
+        return os.environ["CRL_GIT_COMMIT"]
     try:
         head = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"],
