@@ -21,25 +21,15 @@ import pyarrow.parquet as pq
 
 from crl import data, encoders, runtime
 from crl.cells import CellKey, Features, grid_keys, run_cell
-from crl.config import Config, ConfigError, DigitsData, ParquetData, SyntheticData
+from crl.config import CheckConfig, Config, ConfigError, DigitsData, ParquetData, SyntheticData
 from crl.io import write_bytes_atomic, write_parquet_atomic
 
 
 @dataclass(frozen=True)
-class RunPaths:
+class RunFolder:
+    """runs/<name>-<hash>/: tables, report, a staging folder for atomic writes, config.json."""
+
     root: Path
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def features(self) -> Path:
-        return self.root / "features"
-
-    @property
-    def cells(self) -> Path:
-        return self.root / "cells"
 
     @property
     def tables(self) -> Path:
@@ -53,9 +43,32 @@ class RunPaths:
     def staging(self) -> Path:
         return self.root / ".staging"
 
+    def record(self, config: Config | CheckConfig) -> None:
+        """Create the folder and write the validated config with its hash."""
+        self.root.mkdir(exist_ok=True)
+        record = json.dumps(
+            {"config": config.model_dump(mode="json"), "hash": config.hash()},
+            indent=2,
+            sort_keys=True,
+        )
+        write_bytes_atomic(record.encode(), self.root / "config.json", self.staging)
+
+
+@dataclass(frozen=True)
+class RunPaths(RunFolder):
+    """A bound_grid run: data shards, features and per-cell files besides the tables."""
+
     @property
-    def config(self) -> Path:
-        return self.root / "config.json"
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def features(self) -> Path:
+        return self.root / "features"
+
+    @property
+    def cells(self) -> Path:
+        return self.root / "cells"
 
 
 def prepare(config: Config, out: str | Path) -> RunPaths:
@@ -69,11 +82,7 @@ def prepare(config: Config, out: str | Path) -> RunPaths:
     if sizes["test"] < 2:
         raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")
     paths = RunPaths(writable(out) / config.run_id())
-    paths.root.mkdir(exist_ok=True)
-    record = json.dumps(
-        {"config": config.model_dump(mode="json"), "hash": config.hash()}, indent=2, sort_keys=True
-    )
-    write_bytes_atomic(record.encode(), paths.config, paths.staging)
+    paths.record(config)
     return paths
 
 
@@ -274,5 +283,5 @@ def run_cells(
     return CellsOutcome(len(keys), len(keys) - len(todo), len(todo) - len(failures), failures)
 
 
-def clean_staging(paths: RunPaths) -> None:
+def clean_staging(paths: RunFolder) -> None:
     shutil.rmtree(paths.staging, ignore_errors=True)

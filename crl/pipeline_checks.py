@@ -6,7 +6,6 @@ when present, so an interrupted check resumes.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,8 @@ import pyarrow as pa
 
 from crl import checks
 from crl.config import CheckConfig
-from crl.io import write_bytes_atomic, write_parquet_atomic
-from crl.pipeline import progress_line
+from crl.io import write_parquet_atomic
+from crl.pipeline import RunFolder, progress_line, writable
 
 
 @dataclass(frozen=True)
@@ -32,35 +31,17 @@ class Unit:
 
 
 @dataclass(frozen=True)
-class CheckPaths:
-    root: Path
+class CheckPaths(RunFolder):
+    """A theorem_checks run: per-unit row files besides the tables."""
 
     @property
     def units(self) -> Path:
         return self.root / "units"
 
-    @property
-    def tables(self) -> Path:
-        return self.root / "tables"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def staging(self) -> Path:
-        return self.root / ".staging"
-
 
 def prepare(config: CheckConfig, out: str | Path) -> CheckPaths:
-    from crl.pipeline import writable
-
     paths = CheckPaths(writable(out) / config.run_id())
-    paths.root.mkdir(exist_ok=True)
-    record = json.dumps(
-        {"config": config.model_dump(mode="json"), "hash": config.hash()}, indent=2, sort_keys=True
-    )
-    write_bytes_atomic(record.encode(), paths.root / "config.json", paths.staging)
+    paths.record(config)
     return paths
 
 
