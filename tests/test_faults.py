@@ -72,16 +72,15 @@ def test_driver_sigkill_then_rerun(tmp_path: Path) -> None:
     assert killed["cells"]["cell_id"].n_unique() == killed["cells"].height == 5 * 2 * 3 * 3
 
 
+def _run_with_fault(tmp_path: Path, fault: str) -> subprocess.CompletedProcess:
+    """`crl run` of TINY with one fault injected into the cells with m=3, n=60."""
+    env = {"PYTHONPATH": INJECT, "CRL_FAULT": fault, "CRL_FAULT_DIR": str(tmp_path)}
+    runs = str(tmp_path / "runs")
+    return crl("run", str(write_config(tmp_path, TINY)), "--out", runs, "--quiet", env=env)
+
+
 def test_worker_dies_inside_a_cell_is_retried(tmp_path: Path) -> None:
-    env = {"PYTHONPATH": INJECT, "CRL_FAULT": "exit:3:60", "CRL_FAULT_DIR": str(tmp_path)}
-    out = crl(
-        "run",
-        str(write_config(tmp_path, TINY)),
-        "--out",
-        str(tmp_path / "runs"),
-        "--quiet",
-        env=env,
-    )
+    out = _run_with_fault(tmp_path, "exit:3:60")
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(list(tmp_path.glob("died-*"))) >= 1  # a worker really died
     cells = pl.read_parquet(next((tmp_path / "runs").iterdir()) / "tables" / "cells.parquet")
@@ -89,15 +88,7 @@ def test_worker_dies_inside_a_cell_is_retried(tmp_path: Path) -> None:
 
 
 def test_failing_cell_recorded_others_complete(tmp_path: Path) -> None:
-    env = {"PYTHONPATH": INJECT, "CRL_FAULT": "raise:3:60", "CRL_FAULT_DIR": str(tmp_path)}
-    out = crl(
-        "run",
-        str(write_config(tmp_path, TINY)),
-        "--out",
-        str(tmp_path / "runs"),
-        "--quiet",
-        env=env,
-    )
+    out = _run_with_fault(tmp_path, "raise:3:60")
     assert out.returncode == 1
     assert "injected failure in cell m=3 n=60" in out.stderr and "failed" in out.stderr
     run_dir = next((tmp_path / "runs").iterdir())
