@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from crl import rademacher
+from crl.kernels.rademacher import _signs
 
 ROWS, P, D, DRAWS, SEED = 100_000, 128, 32, 64, 2024
 PEAK_SIZE = 4096
@@ -63,12 +64,12 @@ def run(device: str | None = None) -> list[dict]:
             torch.mm(phi.T, signs, out=out)
 
     sign_out = torch.empty(block_rows, D, DRAWS, device=dev)  # (rows, d, draws)
-    table = rademacher._sign_table(torch.float32, dev)
+    table = _signs._sign_table(torch.float32, dev)
 
     def signs_only() -> None:  # the kernel's own hash + unpack, as LinearAccumulator runs them
         for block in range(blocks):
-            words = rademacher._words(SEED, 1, block * block_rows, block_rows, D, dev)
-            rademacher._unpack(words, table, sign_out)
+            words = _signs._words(SEED, 1, block * block_rows, block_rows, D, dev)
+            _signs._unpack(words, table, sign_out)
 
     seconds = _best_seconds(
         {

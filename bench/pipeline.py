@@ -43,80 +43,21 @@ def quickstart(tmp: Path) -> dict:
     return {"quickstart_cold_s": cold, "quickstart_warm_s": warm, "quickstart_resume_s": resume}
 
 
-PLAIN = """
-import json, sys, time
-import torch
-from crl import config, pipeline
-from crl.cells import grid_keys, run_cell
-cfg = config.load("conf/bench_grid.yaml", [f"runtime.cell_cpus={torch.get_num_threads()}"])
-paths = pipeline.RunPaths(__import__("pathlib").Path(sys.argv[1]))
-started = time.perf_counter()
-features = pipeline.load_features(paths)
-tau = pipeline.tau_of(cfg, features.y_train)
-for key in grid_keys(cfg):
-    run_cell(cfg, key, features, tau)
-print(json.dumps({"plain_s": time.perf_counter() - started, "cells": len(grid_keys(cfg))}))
-"""
+BIG = [
+    "dataset.train_size=1000000",
+    "dataset.test_size=20000",
+    "dataset.dim=128",
+    "dataset.shards=8",
+    "model.steps=50",
+    "eval.rademacher_draws=8",
+    "eval.test_anchors=4000",
+]
 
 
-def overhead(tmp: Path) -> dict:
-    flow_s = _crl("run", "conf/bench_grid.yaml", "--out", str(tmp / "grid"))
-    run_dir = next((tmp / "grid").iterdir())
+def _part(name: str, *args: str) -> dict:
+    """Run one part of this file in a fresh process (`python bench/pipeline.py --part NAME`)."""
     out = subprocess.run(
-        [sys.executable, "-c", PLAIN, str(run_dir)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    plain = json.loads(out.stdout.strip().splitlines()[-1])
-    return {
-        "grid_cells": plain["cells"],
-        "grid_flow_s": flow_s,
-        "grid_plain_s": plain["plain_s"],
-        "flow_over_plain": flow_s / plain["plain_s"],
-    }
-
-
-BIG_CELL = """
-import json, resource, sys, time
-from pathlib import Path
-from crl import config, pipeline
-from crl.cells import CellKey, run_cell
-cfg = config.load("conf/bench_grid.yaml", [
-    "dataset.train_size=1000000", "dataset.test_size=20000", "dataset.dim=128",
-    "dataset.shards=8", "model.steps=50", "eval.rademacher_draws=8", "eval.test_anchors=4000"])
-paths = pipeline.RunPaths(Path(sys.argv[1]))
-features = pipeline.load_features(paths)
-after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-started = time.perf_counter()
-row = run_cell(cfg, CellKey("scrl", "lse", 16, 1_000_000, 0), features, 0.125)
-print(json.dumps({"big_cell_s": time.perf_counter() - started,
-                  "big_cell_rss_after_load_gb": after_load,
-                  "big_cell_peak_rss_gb": resource.getrusage(0).ru_maxrss / 2**20,
-                  "big_cell_rademacher_rows": row["rademacher_rows"]}))
-"""
-
-
-def big_cell(tmp: Path) -> dict:
-    """Materialise 1e6 + 2e4 rows of 128 features with the real stages, then one cell alone."""
-    prepare = f"""
-from crl import config, pipeline, runtime
-cfg = config.load("conf/bench_grid.yaml", [
-    "dataset.train_size=1000000", "dataset.test_size=20000", "dataset.dim=128",
-    "dataset.shards=8", "model.steps=50", "eval.rademacher_draws=8", "eval.test_anchors=4000"])
-paths = pipeline.prepare(cfg, {str(tmp / "big")!r})
-runtime.ray_init()
-pipeline.materialize(cfg, paths)
-pipeline.embed(cfg, paths)
-print(paths.root)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", prepare], cwd=REPO, check=True, capture_output=True, text=True
-    )
-    run_dir = out.stdout.strip().splitlines()[-1]
-    out = subprocess.run(
-        [sys.executable, "-c", BIG_CELL, run_dir],
+        [sys.executable, __file__, "--part", name, *args],
         cwd=REPO,
         check=True,
         capture_output=True,
@@ -125,7 +66,83 @@ print(paths.root)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def plain_loop(run_dir: str) -> dict:
+    """The cells of conf/bench_grid.yaml in a plain loop in this process, all cores to torch."""
+    import torch
+
+    from crl.core import config
+    from crl.steps.cell import grid_keys, run_cell
+    from crl.steps.features import load_features, tau_of
+
+    cfg = config.load("conf/bench_grid.yaml", [f"runtime.cell_cpus={torch.get_num_threads()}"])
+    started = time.perf_counter()
+    features = load_features(Path(run_dir) / "features")
+    tau = tau_of(cfg, features.train.labels)
+    for key in grid_keys(cfg):
+        run_cell(cfg, key, features, tau)
+    return {"plain_s": time.perf_counter() - started, "cells": len(grid_keys(cfg))}
+
+
+def overhead(tmp: Path) -> dict:
+    flow_s = _crl("run", "conf/bench_grid.yaml", "--out", str(tmp / "grid"))
+    run_dir = next((tmp / "grid").iterdir())
+    plain = _part("plain", str(run_dir))
+    return {
+        "grid_cells": plain["cells"],
+        "grid_flow_s": flow_s,
+        "grid_plain_s": plain["plain_s"],
+        "flow_over_plain": flow_s / plain["plain_s"],
+    }
+
+
+def big_prepare(out: str) -> dict:
+    """Materialise 1e6 + 2e4 rows of 128 features with the real stages, in this process."""
+    from crl.core import config
+    from crl.orchestration import stages
+    from crl.orchestration.executor import LocalExecutor
+    from crl.steps.runfolder import prepare
+
+    cfg = config.load("conf/bench_grid.yaml", BIG)
+    paths = prepare(cfg, out)
+    executor = LocalExecutor()
+    stages.materialize(cfg, paths, executor)
+    stages.embed(cfg, paths, executor, progress=False)
+    return {"run_dir": str(paths.root)}
+
+
+def big_cell_alone(run_dir: str) -> dict:
+    """One n = 1e6, m = 16 cell in this (fresh) process: wall time and peak RSS."""
+    import resource
+
+    from crl.core import config
+    from crl.steps.cell import CellKey, run_cell
+    from crl.steps.features import load_features
+
+    cfg = config.load("conf/bench_grid.yaml", BIG)
+    features = load_features(Path(run_dir) / "features")
+    after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    started = time.perf_counter()
+    row = run_cell(cfg, CellKey("scrl", "lse", 16, 1_000_000, 0), features, 0.125)
+    return {
+        "big_cell_s": time.perf_counter() - started,
+        "big_cell_rss_after_load_gb": after_load,
+        "big_cell_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "big_cell_rademacher_rows": row["rademacher_rows"],
+    }
+
+
+def big_cell(tmp: Path) -> dict:
+    run_dir = _part("big_prepare", str(tmp / "big"))["run_dir"]
+    return _part("big_cell", run_dir)
+
+
+PARTS = {"plain": plain_loop, "big_prepare": big_prepare, "big_cell": big_cell_alone}
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--part"]:
+        print(json.dumps(PARTS[sys.argv[2]](*sys.argv[3:])))
+        return
     results: dict = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="crl-bench-") as tmp_name:
         tmp = Path(tmp_name)

@@ -1,1 +1,3 @@
-"""Prefect flows of crl: thin orchestration over crl.pipeline, no math."""
+"""Entrypoints of crl's Prefect flows for deployments (`flows/<name>.py:<name>`); the bodies live
+in crl.orchestration.flows.
+"""

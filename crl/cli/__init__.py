@@ -1,0 +1,202 @@
+"""The `crl` command: run, check, query, report, bench. Bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from crl.cli.app import app, fail
+
+
+def _run_dir(run: str, out: str) -> Path:
+    path = Path(run)
+    if not path.is_dir():
+        path = Path(out) / run
+    if not (path / "tables").is_dir():
+        fail(f"run {run}: no tables folder at {path / 'tables'}")
+    return path
+
+
+@app.command()
+def run(
+    config: Annotated[str, typer.Argument(help="YAML config, e.g. conf/quickstart.yaml")],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    set_: Annotated[
+        list[str], typer.Option("--set", help="override: dotted.key=value (YAML)")
+    ] = [],  # noqa: B006
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (else RAY_ADDRESS, else a local Ray)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    executor: Annotated[
+        str, typer.Option(help="ray (default) or local: every step in this process, no Ray")
+    ] = "ray",
+) -> None:
+    """Run (or resume) the Prefect flow bound_grid over the config's (m, n) grid."""
+    from crl.core import config as crl_config
+    from crl.core.errors import ConfigError
+    from crl.orchestration.executor import EXECUTORS
+    from crl.steps.runfolder import prepare
+
+    try:
+        if executor not in EXECUTORS:
+            raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
+        cfg = crl_config.load(config, set_)
+        prepare(cfg, out)  # every check before Prefect or Ray start
+    except ConfigError as err:
+        fail(str(err))
+    from crl.orchestration import runtime
+
+    runtime.prefect_local_env()
+    from crl.orchestration.flows import bound_grid
+
+    try:
+        result = bound_grid(config, list(set_), out, ray_address, not quiet, executor)
+    except ConfigError as err:
+        fail(str(err))
+    tables = Path(result["run_dir"]) / "tables"
+    typer.echo(
+        f"crl: {result['cells_total']} cells ({result['cells_skipped']} already done, "
+        f"{result['cells_computed']} computed, {len(result['failures'])} failed) "
+        f"on {result['where']}"
+    )
+    typer.echo(
+        f"crl: Gamma_M held in {result['bounds_held']} of {result['bounds_checked']} "
+        "one-negative cells"
+    )
+    if result["report"]:
+        typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")
+        typer.echo(f"crl: report  {result['report']}")
+    if result["failures"]:
+        for failure in result["failures"]:
+            typer.echo(
+                f"crl: cell {failure['cell_id']} {failure['key']} failed: {failure['error']}",
+                err=True,
+            )
+        typer.echo(f"crl: failures recorded in {tables / 'failures.parquet'}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    config: Annotated[
+        str | None, typer.Argument(help="check config, e.g. conf/checks.yaml")
+    ] = None,
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    instances: Annotated[int | None, typer.Option(help="instances per statement")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override: key=value")] = [],  # noqa: B006
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    executor: Annotated[
+        str, typer.Option(help="ray (default) or local: every step in this process, no Ray")
+    ] = "ray",
+) -> None:
+    """Verify every statement of the sources on generated instances (flow theorem_checks)."""
+    from crl.core import config as crl_config
+    from crl.core.errors import ConfigError
+    from crl.orchestration.executor import EXECUTORS
+    from crl.steps.runfolder import prepare_checks
+
+    try:
+        if executor not in EXECUTORS:
+            raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
+        cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
+        prepare_checks(cfg, out)
+    except ConfigError as err:
+        fail(str(err))
+    from crl.orchestration import runtime
+
+    runtime.prefect_local_env()
+    from crl.orchestration.flows import theorem_checks
+
+    result = theorem_checks(config, out, instances, ray_address, not quiet, list(set_), executor)
+    failed = [s for s in result["summary"] if not s["all_held"]]
+    for s in result["summary"]:
+        typer.echo(
+            f"{s['statement']:<24} {s['method']:<11} instances {s['instances']:>4}  "
+            f"min slack {s['min_slack']:+.3g}  median {s['median_slack']:+.3g}  "
+            f"{'held' if s['all_held'] else 'FAILED'}"
+        )
+    typer.echo(f"crl: tables  {result['run_dir']}/tables/{{checks,checks_summary}}.parquet")
+    typer.echo(f"crl: report  {result['report']}")
+    if failed:
+        import polars as pl
+
+        rows = pl.read_parquet(Path(result["run_dir"]) / "tables" / "checks.parquet")
+        for row in rows.filter(~pl.col("holds")).head(20).iter_rows(named=True):
+            typer.echo(
+                f"crl: FAILED {row['statement']} instance {row['instance']} ({row['quantity']}): "
+                f"lhs {row['lhs']:.6g} > rhs {row['rhs']:.6g} beyond ci {row['ci']:.3g}; "
+                f"params {row['params']}",
+                err=True,
+            )
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
+    sql: Annotated[
+        str, typer.Argument(help='e.g. "select regime, avg(gap) from cells group by regime"')
+    ],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+    rows: Annotated[int, typer.Option(help="rows to print")] = 50,
+) -> None:
+    """Polars SQL over the run's tables (cells, summary, fits, and failures/checks when present)."""
+    import polars as pl
+
+    tables = _run_dir(run, out) / "tables"
+    context = pl.SQLContext({p.stem: pl.scan_parquet(p) for p in sorted(tables.glob("*.parquet"))})
+    try:
+        frame = context.execute(sql, eager=True)
+    except Exception as err:  # Polars raises several error types for bad SQL
+        fail(f"query: {str(err).splitlines()[0]}")
+    with pl.Config(tbl_rows=rows, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=40):
+        typer.echo(str(frame))
+
+
+@app.command()
+def report(
+    run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
+    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
+) -> None:
+    """Rebuild the report (plots and index.html) from the run's tables alone."""
+    from crl.steps import report as crl_report
+
+    root = _run_dir(run, out)
+    page = crl_report.build(root / "tables", root / "report", root / ".staging")
+    typer.echo(f"crl: report  {page}")
+
+
+BENCHES = {
+    "kernels": ["bench/kernels_losses.py", "bench/kernels_rademacher.py"],
+    "pipeline": ["bench/pipeline.py"],
+}
+
+
+@app.command()
+def bench(
+    which: Annotated[str, typer.Argument(help="kernels | pipeline")] = "kernels",
+) -> None:
+    """Benchmarks that print ratios against references measured in the same run."""
+    import subprocess
+
+    from crl.orchestration.runtime import REPO
+
+    if which not in BENCHES:
+        fail(f"bench {which!r}: expected one of {sorted(BENCHES)}")
+    for script in BENCHES[which]:
+        typer.echo(f"== {script}")
+        code = subprocess.run([sys.executable, str(REPO / script)], cwd=REPO).returncode
+        if code:
+            raise typer.Exit(code)
+
+
+def main() -> None:
+    sys.exit(app())
+
+
+from crl.cli import deploy as _deploy_commands  # noqa: E402,F401  (registers deploy/serve/submit)

@@ -1,0 +1,319 @@
+"""The one typed config schema: read from YAML, overridden with dotted keys, validated once, hashed.
+
+Every error is one line naming the field (dotted path), the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from crl.core.errors import ConfigError
+
+Regime = Literal["one_negative", "scrl", "sscrl"]
+Loss = Literal["hinge", "logistic", "lse", "info_nce"]
+REGIMES: tuple[str, ...] = get_args(Regime)
+LOSSES: tuple[str, ...] = get_args(Loss)
+# Which losses a regime admits. One negative with the LSE loss is the linear score Delta itself
+# (unbounded, not a contrastive loss), so lse/info_nce need the multi-negative regimes.
+VALID_OBJECTIVES = {
+    "one_negative": ("hinge", "logistic"),
+    "scrl": ("hinge", "logistic", "lse", "info_nce"),
+    "sscrl": ("hinge", "logistic", "lse", "info_nce"),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Run(_Strict):
+    """A validated top-level config; its canonical hash names the run folder."""
+
+    def hash(self) -> str:
+        """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def run_id(self) -> str:
+        return f"{self.name}-{self.hash()}"
+
+
+class SyntheticData(_Strict):
+    """Latent-class model with Gaussian class laws (tau = sum rho^2 known exactly)."""
+
+    kind: Literal["synthetic"]
+    classes: int = Field(8, ge=2)
+    dim: int = Field(32, ge=1)
+    separation: float = Field(2.0, gt=0)
+    noise: float = Field(1.0, gt=0)
+    prior: Literal["uniform", "zipf"] = "uniform"
+    zipf_exponent: float = Field(1.0, gt=0)
+    train_size: int = Field(4000, ge=2)
+    test_size: int = Field(2000, ge=2)
+    shards: int = Field(4, ge=1)
+
+
+class DigitsData(_Strict):
+    """scikit-learn's handwritten digits (ships inside the package, no download)."""
+
+    kind: Literal["digits"]
+    positives: Literal["same_class", "augmented"] = "same_class"
+    test_fraction: float = Field(0.3, gt=0, lt=1)
+    shards: int = Field(4, ge=1)
+
+
+class ParquetData(_Strict):
+    """Any user Parquet: a feature column (list of numbers) or an image column, and a label."""
+
+    kind: Literal["parquet"]
+    path: str
+    label_column: str = "label"
+    feature_column: str | None = "x"
+    image_column: str | None = None
+    split_column: str | None = None
+    test_fraction: float = Field(0.3, gt=0, lt=1)
+    shards: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _one_input_column(self) -> ParquetData:
+        if (self.feature_column is None) == (self.image_column is None):
+            raise ValueError("give exactly one of feature_column and image_column")
+        return self
+
+
+Dataset = Annotated[SyntheticData | DigitsData | ParquetData, Field(discriminator="kind")]
+
+
+class EncoderConfig(_Strict):
+    """Frozen backbone applied in the embed stage; the cell then fits a norm-bounded linear head."""
+
+    kind: Literal["identity", "random_features", "small_cnn"] = "identity"
+    out_dim: int = Field(128, ge=1)
+    seed: int = 0
+    batch_rows: int = Field(4096, ge=1)
+
+
+class ModelConfig(_Strict):
+    """The class F = {x -> W phi(x) : ||W||_F <= R} with ||phi(x)|| <= 1, so sup ||f(x)|| <= R."""
+
+    d: int = Field(16, ge=1)
+    R: float = Field(1.0, gt=0)
+    steps: int = Field(100, ge=0)
+    batch: int = Field(128, ge=1)
+    lr: float = Field(0.05, gt=0)
+
+
+class GridConfig(_Strict):
+    """The axes of the grid: every valid (regime, loss) pair times m x n x seeds."""
+
+    regimes: list[Regime]
+    losses: list[Loss]
+    m: list[Annotated[int, Field(ge=1)]]
+    n: list[Annotated[int, Field(ge=1)]]
+    seeds: list[int] = [0]
+
+    @field_validator("regimes", "losses", "m", "n", "seeds")
+    @classmethod
+    def _non_empty_unique(cls, value: list) -> list:
+        if not value:
+            raise ValueError("must not be empty")
+        if len(set(value)) != len(value):
+            raise ValueError(f"has repeated entries {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _some_valid_objective(self) -> GridConfig:
+        if not objectives(self):
+            raise ValueError(
+                f"no valid (regime, loss) pair in regimes={self.regimes} losses={self.losses}; "
+                f"valid pairs: {VALID_OBJECTIVES}"
+            )
+        return self
+
+
+class EvalConfig(_Strict):
+    """How a fitted cell is evaluated: held-out loss, R_S(F) draws, bounds, downstream."""
+
+    temperature: float = Field(0.5, gt=0)
+    delta: float = Field(0.05, gt=0, lt=1)
+    test_anchors: int = Field(2000, ge=1)
+    negative_pool: int = Field(1024, ge=1)
+    probe_points: int = Field(4000, ge=2)
+    rademacher_draws: int = Field(64, ge=2)
+    performance_metric: Literal[
+        "retrieval_auc", "linear_probe_accuracy", "mean_classifier_accuracy"
+    ] = "retrieval_auc"
+
+
+class RuntimeConfig(_Strict):
+    """Resources of one cell task."""
+
+    cell_cpus: float = Field(1.0, gt=0)
+
+
+class Config(_Run):
+    """A `crl run` config: dataset, encoder, learner, grid, evaluation, runtime."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    dataset: Dataset
+    encoder: EncoderConfig = EncoderConfig()
+    model: ModelConfig = ModelConfig()
+    grid: GridConfig
+    eval: EvalConfig = EvalConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+
+
+def objectives(grid: GridConfig) -> list[tuple[str, str]]:
+    """The (regime, loss) pairs of the grid, in config order, restricted to VALID_OBJECTIVES."""
+    return [(r, loss) for r in grid.regimes for loss in grid.losses if loss in VALID_OBJECTIVES[r]]
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'grid.m=[1,4]' -> ('grid.m', [1, 4]); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key}: value {raw!r} is not YAML") from None
+    return key.strip(), value
+
+
+DATASET_KINDS: tuple[str, ...] = ("synthetic", "digits", "parquet")
+
+
+def _field_path(loc: tuple) -> str:
+    """The dotted field of an error location, without pydantic's validator and union tags."""
+    parts = [str(p) for p in loc if not str(p).startswith(("function-", "tagged"))]
+    return ".".join(
+        p
+        for i, p in enumerate(parts)
+        if not (i and parts[i - 1] == "dataset" and p in DATASET_KINDS)
+    )
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = _field_path(first["loc"])
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    value = first.get("input")
+    shown = (
+        ""
+        if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict)
+        else (f" (got {value!r})")
+    )
+    return f"config field {field or '<root>'}: {message}{shown}"
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validated(model: type[_Model], tree: dict) -> _Model:
+    try:
+        return model.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def validate(tree: dict) -> Config:
+    """The validated config of a YAML tree. Raises ConfigError (one line)."""
+    return _validated(Config, tree)
+
+
+def _read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path}: does not exist")
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path}: not valid YAML{where}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file {path}: expected a YAML mapping at the top level")
+    return tree
+
+
+def _with_overrides(tree: dict, overrides: list[str]) -> dict:
+    tree = copy.deepcopy(tree)
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    return tree
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
+    return validate(_with_overrides(_read_yaml(path), list(overrides)))
+
+
+class ConstantsConfig(_Strict):
+    """Constants of the statements; unset means the true one. Wrong values show checks can fail."""
+
+    contraction: float | None = Field(None, ge=0)
+    calibration_factor: float | None = Field(None, ge=0)
+    collision_c0: float | None = Field(None, ge=0)
+    gamma_scale: float | None = Field(None, ge=0)
+    confidence: float | None = Field(None, gt=0, lt=1)
+
+
+class CheckConfig(_Run):
+    """`crl check`: which statements, how many instances each, from which seed."""
+
+    name: str = Field("checks", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(0, ge=0)
+    statements: list[str] | None = None  # None: every statement
+    instances: int | None = Field(None, ge=1)  # None: each statement's default count
+    chunk: int = Field(20, ge=1)  # instances per Ray task
+    constants: ConstantsConfig = ConstantsConfig()
+
+    @field_validator("statements")
+    @classmethod
+    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
+        # names are checked against the registry by the check stage (crl.steps.check_unit):
+        # the schema stays free of the math layer
+        if value is not None and not value:
+            raise ValueError("must not be empty")
+        return value
+
+
+def check_overrides(overrides: list[str], instances: int | None) -> list[str]:
+    """`overrides` plus `instances=N` for the --instances option (None: each default count)."""
+    if instances is None:
+        return list(overrides)
+    if not (isinstance(instances, int) and instances >= 1):
+        raise ConfigError(f"--instances {instances}: expected an integer >= 1")
+    return [*overrides, f"instances={instances}"]
+
+
+def load_checks(path: str | Path | None, overrides: list[str] = ()) -> CheckConfig:
+    """The check config at `path` (defaults when None), with dotted overrides."""
+    tree = _with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
+    return _validated(CheckConfig, tree)

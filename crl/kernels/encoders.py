@@ -1,0 +1,67 @@
+"""Frozen backbones for the embed stage; one `device` argument, deterministic from a seed.
+
+The learned part of every cell is a norm-bounded linear head on top (crl.kernels.learner), so the
+backbone is fixed: identity, a random-feature map, or a small randomly initialised CNN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from crl.kernels.seeding import generator
+
+__all__ = ["RandomFeatures", "SmallCNN", "square_side"]
+
+
+def square_side(in_dim: int) -> int:
+    """The side of a square image flattened to `in_dim` pixels; ValueError if there is none."""
+    side = math.isqrt(in_dim)
+    if side * side != in_dim:
+        raise ValueError(f"inputs of length {in_dim} are not square images")
+    return side
+
+
+class RandomFeatures(nn.Module):
+    """phi(x) = relu(A x + b) / sqrt(out), A ~ N(0, 1/in), b ~ N(0, 1): a fixed random map."""
+
+    def __init__(self, in_dim: int, out_dim: int, seed: int) -> None:
+        super().__init__()
+        gen = generator(seed, "random-features")
+        self.register_buffer(
+            "weight", torch.randn(out_dim, in_dim, generator=gen) / math.sqrt(in_dim)
+        )
+        self.register_buffer("bias", torch.randn(out_dim, generator=gen))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: N x in -> N x out
+        return torch.relu(x @ self.weight.T + self.bias) / math.sqrt(self.weight.shape[0])
+
+
+class SmallCNN(nn.Module):
+    """Two 3x3 conv layers and a 2x2 pooled grid, randomly initialised and frozen.
+
+    Inputs are square single-channel images given flattened: (N, side*side).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, seed: int) -> None:
+        super().__init__()
+        self.side = square_side(in_dim)
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(2)
+        self.head = nn.Linear(32 * 4, out_dim)
+        gen = generator(seed, "small-cnn")
+        with torch.no_grad():
+            for param in self.parameters():
+                fan_in = param[0].numel() if param.dim() > 1 else param.numel()
+                param.copy_(torch.randn(param.shape, generator=gen) / math.sqrt(fan_in))
+        self.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: N x side^2 -> N x 1 x side x side -> N x out
+        grid = x.reshape(-1, 1, self.side, self.side)
+        hidden = torch.relu(self.conv2(torch.relu(self.conv1(grid))))
+        return self.head(self.pool(hidden).flatten(1))

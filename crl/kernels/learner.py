@@ -1,0 +1,195 @@
+"""Sampling a cell's training tuples and fitting f in a Frobenius-norm ball.
+
+f(x) = W phi(x) with ||W||_F <= R and ||phi(x)|| <= 1, hence ||f(x)|| <= ||W||_op <= R for every x.
+A pure function of (tables, sample, hyper-parameters, generator): no I/O, no global RNG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from crl.kernels import losses
+
+__all__ = [
+    "FitSpec",
+    "Sample",
+    "Views",
+    "draw",
+    "fit",
+    "objective",
+    "per_anchor_loss",
+    "project",
+    "same_class_partner",
+    "scores",
+]
+
+
+@dataclass(frozen=True)
+class Views:
+    """The tables a sample's indices point into (all over one split).
+
+    Shape: anchor, positive, negative (N, p) with ||row|| <= 1; labels (N,) latent classes.
+    With same-class positives all three are the same table; with augmented positives the anchor
+    is view a of an image, the positive view b of the same image, negatives view b of others.
+    """
+
+    anchor: torch.Tensor
+    positive: torch.Tensor
+    negative: torch.Tensor
+    labels: torch.Tensor
+    augmented: bool
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Indices of n anchors, their positives and m negatives (own: (n, m); shared: (m,))."""
+
+    anchors: torch.Tensor
+    positives: torch.Tensor
+    negatives: torch.Tensor
+
+    @property
+    def shared(self) -> bool:
+        return self.negatives.dim() == 1
+
+
+def same_class_partner(
+    labels: torch.Tensor, anchors: torch.Tensor, gen: torch.Generator
+) -> torch.Tensor:
+    """For each anchor, a uniformly drawn other index of the same class (itself if it is alone).
+
+    Shape: labels (N,), anchors (n,) -> (n,).
+    """
+    order = torch.argsort(labels, stable=True)
+    sorted_labels = labels[order]
+    classes, counts = torch.unique_consecutive(sorted_labels, return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    group = torch.searchsorted(classes, labels[anchors])
+    start, count = starts[group], counts[group]
+    own = rank[anchors] - start
+    others = (count - 1).clamp(min=1)
+    pick = (torch.rand(len(anchors), generator=gen, dtype=torch.float64) * others).long()
+    pick = torch.minimum(pick, others - 1)
+    pick = torch.where(count > 1, pick + (pick >= own).long(), own)
+    return order[start + pick]
+
+
+def draw(views: Views, n: int, m: int, shared: bool, gen: torch.Generator) -> Sample:
+    """n anchors without replacement, a positive each, and m negatives from the marginal."""
+    size = views.anchor.shape[0]
+    anchors = torch.randperm(size, generator=gen)[:n]
+    positives = anchors if views.augmented else same_class_partner(views.labels, anchors, gen)
+    shape = (m,) if shared else (n, m)
+    negatives = torch.randint(0, size, shape, generator=gen)
+    return Sample(anchors, positives, negatives)
+
+
+def objective(
+    fa: torch.Tensor,
+    fp: torch.Tensor,
+    fn: torch.Tensor,
+    shared: bool,
+    loss: str,
+    temperature: float,
+) -> torch.Tensor:
+    """Per-anchor loss. Shape: fa, fp (c, d); fn (c, m, d) own or, `shared`, (m, d) -> (c,)."""
+    if loss in losses.BINARY_LOSSES:
+        return losses.k_negative(losses.k_negative_margins(fa, fp, fn), loss=loss)
+    pos = (fa * fp).sum(-1)  # (c,)
+    neg = losses.scores_shared(fa, fn) if shared else losses.scores_own(fa, fn)  # (c, m)
+    if loss == "lse":
+        return losses.lse_risk(pos, neg, temperature, reduction="none")
+    return losses.info_nce(pos, neg, temperature, reduction="none")
+
+
+def project(weight: torch.Tensor, radius: float) -> torch.Tensor:
+    """Euclidean projection onto the Frobenius ball {W : ||W||_F <= radius}."""
+    norm = torch.linalg.matrix_norm(weight)
+    return weight * torch.clamp(radius / norm, max=1.0) if norm > 0 else weight
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """The learner's hyper-parameters: W in R^{d x p} with ||W||_F <= radius, projected Adam."""
+
+    d: int
+    radius: float
+    steps: int
+    batch: int
+    lr: float
+
+
+def fit(
+    views: Views,
+    sample: Sample,
+    spec: FitSpec,
+    loss: str,
+    temperature: float,
+    gen: torch.Generator,
+) -> torch.Tensor:
+    """Projected Adam steps on minibatches of the training sample. Returns W (d, p)."""
+    p = views.anchor.shape[1]
+    init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=views.anchor.dtype)
+    weight = project(init, spec.radius)
+    weight.requires_grad_(True)
+    optimizer = torch.optim.Adam([weight], lr=spec.lr)
+    n = sample.anchors.shape[0]
+    for _ in range(spec.steps):
+        rows = torch.randint(0, n, (min(spec.batch, n),), generator=gen)
+        fa = views.anchor[sample.anchors[rows]] @ weight.T  # (b, d)
+        fp = views.positive[sample.positives[rows]] @ weight.T  # (b, d)
+        neg = sample.negatives if sample.shared else sample.negatives[rows]
+        fn = views.negative[neg] @ weight.T  # (m, d) shared or (b, m, d) own
+        value = objective(fa, fp, fn, sample.shared, loss, temperature).mean()
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        with torch.no_grad():
+            weight.copy_(project(weight, spec.radius))
+    return weight.detach()
+
+
+@torch.no_grad()
+def per_anchor_loss(
+    weight: torch.Tensor,
+    views: Views,
+    sample: Sample,
+    loss: str,
+    temperature: float,
+    chunk: int = 8192,
+) -> torch.Tensor:
+    """The loss of every anchor of `sample` under f = W phi, in chunks. Returns (n,) float64."""
+    fa_all = views.anchor @ weight.T  # (N, d)
+    fp_all = fa_all if views.positive is views.anchor else views.positive @ weight.T
+    fn_all = fa_all if views.negative is views.anchor else views.negative @ weight.T
+    shared = fn_all[sample.negatives] if sample.shared else None  # (m, d)
+    out = []
+    for start in range(0, sample.anchors.shape[0], chunk):
+        sl = slice(start, start + chunk)
+        fn = shared if shared is not None else fn_all[sample.negatives[sl]]
+        out.append(
+            objective(
+                fa_all[sample.anchors[sl]],
+                fp_all[sample.positives[sl]],
+                fn,
+                sample.shared,
+                loss,
+                temperature,
+            )
+        )
+    return torch.cat(out).double()
+
+
+@torch.no_grad()
+def scores(weight: torch.Tensor, views: Views, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positive scores (n,) and negative scores (n, m) of s(x, y) = f(x)^T f(y)."""
+    fa = views.anchor[sample.anchors] @ weight.T  # (n, d)
+    fp = views.positive[sample.positives] @ weight.T  # (n, d)
+    fn = views.negative[sample.negatives] @ weight.T  # (m, d) shared or (n, m, d) own
+    pos = (fa * fp).sum(-1)  # (n,)
+    neg = losses.scores_shared(fa, fn) if sample.shared else losses.scores_own(fa, fn)
+    return pos, neg

@@ -1,0 +1,246 @@
+"""Contrastive loss kernels: Saunshi et al. 2019 (THEORY A), Li et al. 2026 (THEORY B), NT-Xent.
+
+Every kernel is a pure function of torch tensors; it runs on the device of its inputs and is
+differentiable. Exponentials are only taken inside `logsumexp` / `logaddexp`, so float32 inputs
+with |score / T| up to 1e4 give finite values and finite gradients. Means over anchors are
+accumulated in float64 and cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from crl.kernels import _validate
+
+__all__ = [
+    "BINARY_LOSSES",
+    "LN2",
+    "REDUCTIONS",
+    "binary",
+    "hinge",
+    "info_nce",
+    "k_negative",
+    "k_negative_margins",
+    "logistic",
+    "lse_risk",
+    "nt_xent",
+    "one_negative",
+    "scores_own",
+    "scores_shared",
+    "triplet_score",
+]
+
+LN2 = math.log(2.0)
+BINARY_LOSSES = ("hinge", "logistic")  # the one-negative losses of Saunshi et al.
+REDUCTIONS = ("mean", "none")
+
+
+def _reduce(per_anchor: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Mean over anchors accumulated in float64 (`reduction="mean"`), or the (n,) vector."""
+    if reduction == "none":
+        return per_anchor
+    return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype)
+
+
+def _pos_neg(pos: object, neg: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate scores pos (n,) and neg (n, m) with n >= 1, m >= 1."""
+    pos_t, neg_t = _validate.floating("pos", pos), _validate.floating("neg", neg)
+    _validate.shape("pos", pos_t, "(n,) with n >= 1", pos_t.ndim == 1 and pos_t.shape[0] >= 1)
+    _validate.shape(
+        "neg",
+        neg_t,
+        f"(n, m) with n = {pos_t.shape[0]} (rows of pos) and m >= 1",
+        neg_t.ndim == 2 and neg_t.shape[0] == pos_t.shape[0] and neg_t.shape[1] >= 1,
+    )
+    return pos_t, neg_t
+
+
+def hinge(t: torch.Tensor) -> torch.Tensor:
+    """Hinge loss l_h(t) = max(1 + t, 0), elementwise (THEORY A).
+
+    Shape: t (*) -> (*).
+    """
+    return torch.clamp_min(1.0 + _validate.floating("t", t), 0.0)
+
+
+def logistic(t: torch.Tensor) -> torch.Tensor:
+    """Logistic loss l_log(t) = log2(1 + e^t) = logaddexp(t, 0) / ln 2, elementwise (THEORY A).
+
+    `logaddexp` is exact at every t (torch's softplus switches to t above t = 20, an error of
+    e^-20) and its gradient is sigmoid(t).
+
+    Shape: t (*) -> (*).
+    """
+    t = _validate.floating("t", t)
+    return torch.logaddexp(t, torch.zeros_like(t)) / LN2
+
+
+def binary(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The one-negative loss called `name`: `hinge` or `logistic` (THEORY A)."""
+    return {"hinge": hinge, "logistic": logistic}[_validate.choice("loss", name, BINARY_LOSSES)]
+
+
+def triplet_score(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
+    """Saunshi score q_f(x, x+, x-) = f(x)^T (f(x-) - f(x+)) (THEORY A).
+
+    Shape: fx (n, d), fpos (n, d), fneg (n, d) -> (n,).
+    """
+    fx = _validate.floating("fx", fx)
+    _validate.shape("fx", fx, "(n, d)", fx.ndim == 2)
+    for name, value in (("fpos", fpos), ("fneg", fneg)):
+        t = _validate.floating(name, value)
+        _validate.shape(name, t, f"{tuple(fx.shape)} (shape of fx)", t.shape == fx.shape)
+    return torch.einsum("nd,nd->n", fx, fneg - fpos)
+
+
+def one_negative(q: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
+    """Per-triplet loss l(q) for the one-negative score q (THEORY A), l = hinge or logistic.
+
+    Shape: q (n,) -> (n,).
+    """
+    _validate.choice("loss", loss, BINARY_LOSSES)
+    q = _validate.floating("q", q)
+    _validate.shape("q", q, "(n,)", q.ndim == 1)
+    return hinge(q) if loss == "hinge" else logistic(q)
+
+
+def k_negative(v: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
+    """Saunshi k-negative loss (Sec. 6) from margins v_i = f(x)^T (f(x+) - f(x_i-)).
+
+    hinge: max(0, 1 + max_i(-v_i)); logistic: log2(1 + sum_i exp(-v_i)), computed as
+    logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2. For k = 1 this equals
+    `one_negative(-v[:, 0], loss)`.
+
+    Shape: v (n, k) with k >= 1 -> (n,).
+    """
+    _validate.choice("loss", loss, BINARY_LOSSES)
+    v = _validate.floating("v", v)
+    _validate.shape("v", v, "(n, k) with k >= 1", v.ndim == 2 and v.shape[1] >= 1)
+    if loss == "hinge":
+        return torch.clamp_min(1.0 - v.amin(dim=1), 0.0)
+    zero = v.new_zeros(v.shape[0], 1)  # (n, 1)
+    return torch.logsumexp(torch.cat([zero, -v], dim=1), dim=1) / LN2  # (n,)
+
+
+def k_negative_margins(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
+    """Margins v_ij = f(x_i)^T (f(x_i+) - f(x_ij-)) for `k_negative`.
+
+    Shape: fx (n, d), fpos (n, d), fneg (n, k, d) own negatives per anchor or (k, d) negatives
+    shared by all anchors -> (n, k).
+    """
+    fx, fpos, fneg = (
+        _validate.floating("fx", fx),
+        _validate.floating("fpos", fpos),
+        _validate.floating("fneg", fneg),
+    )
+    _validate.shape("fx", fx, "(n, d)", fx.ndim == 2)
+    n, d = fx.shape
+    _validate.shape("fpos", fpos, f"({n}, {d}) (shape of fx)", fpos.shape == fx.shape)
+    ok = (fneg.ndim == 3 and fneg.shape[0] == n and fneg.shape[2] == d) or (
+        fneg.ndim == 2 and fneg.shape[1] == d
+    )
+    _validate.shape(
+        "fneg", fneg, f"({n}, k, {d}) or (k, {d}) with k >= 1", ok and fneg.shape[-2] >= 1
+    )
+    pos = torch.einsum("nd,nd->n", fx, fpos)  # (n,)
+    return pos[:, None] - (scores_own(fx, fneg) if fneg.ndim == 3 else scores_shared(fx, fneg))
+
+
+def scores_own(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
+    """SCRL negative scores s_ij = f(x_i)^T f(x_ij-), each anchor with its own negatives.
+
+    Shape: fx (n, d), fneg (n, m, d) -> (n, m).
+    """
+    fx, fneg = _validate.floating("fx", fx), _validate.floating("fneg", fneg)
+    _validate.shape("fx", fx, "(n, d)", fx.ndim == 2)
+    n, d = fx.shape
+    _validate.shape(
+        "fneg",
+        fneg,
+        f"({n}, m, {d}) with m >= 1",
+        fneg.ndim == 3 and fneg.shape[0] == n and fneg.shape[1] >= 1 and fneg.shape[2] == d,
+    )
+    return torch.einsum("nd,nmd->nm", fx, fneg)
+
+
+def scores_shared(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
+    """SSCRL negative scores s_ij = f(x_i)^T f(y_j-), one negative set shared by all anchors.
+
+    Shape: fx (n, d), fneg (m, d) -> (n, m).
+    """
+    fx, fneg = _validate.floating("fx", fx), _validate.floating("fneg", fneg)
+    _validate.shape("fx", fx, "(n, d)", fx.ndim == 2)
+    d = fx.shape[1]
+    _validate.shape(
+        "fneg",
+        fneg,
+        f"(m, {d}) with m >= 1",
+        fneg.ndim == 2 and fneg.shape[0] >= 1 and fneg.shape[1] == d,
+    )
+    return fx @ fneg.T
+
+
+def lse_risk(
+    pos: torch.Tensor, neg: torch.Tensor, temperature: float, reduction: str = "mean"
+) -> torch.Tensor:
+    """Li et al. empirical LSE risk (THEORY B), SCRL and SSCRL alike.
+
+    Per anchor: T log( (1/m) sum_j exp((neg_ij - pos_i) / T) ), i.e. T (logsumexp_j(D_ij / T)
+    - log m) with D_ij = Delta(x_i, y_i, y'_ij) = neg_ij - pos_i. The positive is NOT in the
+    denominator (compare `info_nce`). `reduction="mean"` gives Lhat(s) = (1/n) sum_i.
+
+    Shape: pos (n,), neg (n, m) -> () for "mean", (n,) for "none".
+    """
+    _validate.choice("reduction", reduction, REDUCTIONS)
+    T = _validate.positive("temperature", temperature)
+    pos, neg = _pos_neg(pos, neg)
+    delta = (neg - pos[:, None]) / T  # (n, m)
+    per_anchor = T * (torch.logsumexp(delta, dim=1) - math.log(neg.shape[1]))  # (n,)
+    return _reduce(per_anchor, reduction)
+
+
+def info_nce(
+    pos: torch.Tensor, neg: torch.Tensor, temperature: float, reduction: str = "mean"
+) -> torch.Tensor:
+    """InfoNCE: per anchor log(1 + sum_j exp((neg_ij - pos_i) / T)) (THEORY B, C).
+
+    Equals -log( e^{pos/T} / (e^{pos/T} + sum_j e^{neg_j/T}) ): the positive is in the
+    denominator and there is no T factor outside. Computed as logsumexp over [0, D_i / T].
+
+    Shape: pos (n,), neg (n, m) -> () for "mean", (n,) for "none".
+    """
+    _validate.choice("reduction", reduction, REDUCTIONS)
+    T = _validate.positive("temperature", temperature)
+    pos, neg = _pos_neg(pos, neg)
+    delta = (neg - pos[:, None]) / T  # (n, m)
+    zero = delta.new_zeros(delta.shape[0], 1)  # (n, 1)
+    per_anchor = torch.logsumexp(torch.cat([zero, delta], dim=1), dim=1)  # (n,)
+    return _reduce(per_anchor, reduction)
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR NT-Xent loss (Chen et al. 2020) over a batch of B pairs of views.
+
+    With z = normalize([z1; z2]) (2B, D) and s_ij = z_i^T z_j / T, anchor i has positive
+    p(i) = (i + B) mod 2B and negatives all j not in {i, p(i)}:
+    loss = (1/2B) sum_i logsumexp_{j != i} (s_ij - s_{i p(i)}).
+    Same value as pytorch-metric-learning `NTXentLoss(temperature=T)` on `cat([z1, z2])` with
+    labels `arange(B).repeat(2)`.
+
+    Shape: z1 (B, D), z2 (B, D) with B >= 2 -> ().
+    """
+    T = _validate.positive("temperature", temperature)
+    z1, z2 = _validate.floating("z1", z1), _validate.floating("z2", z2)
+    _validate.shape("z1", z1, "(B, D) with B >= 2", z1.ndim == 2 and z1.shape[0] >= 2)
+    _validate.shape("z2", z2, f"{tuple(z1.shape)} (shape of z1)", z2.shape == z1.shape)
+    z = F.normalize(torch.cat([z1, z2], dim=0), dim=1)  # (2B, D)
+    cos = z @ z.T  # (2B, 2B)
+    partner = (torch.arange(cos.shape[0], device=cos.device) + z1.shape[0]) % cos.shape[0]
+    pos = cos.gather(1, partner[:, None])  # (2B, 1), cosine of the positive pair
+    delta = (cos - pos).div_(T)  # (2B, 2B), s_ij - s_{i p(i)}: subtract before scaling by 1/T
+    delta.fill_diagonal_(-math.inf)  # j = i is not in the contrast set
+    return _reduce(torch.logsumexp(delta, dim=1), "mean")

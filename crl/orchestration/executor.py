@@ -1,0 +1,200 @@
+"""Executors decide where steps run, never what they do (datatrove's split of step and executor).
+
+A step is a plain, picklable, module-level function `step(item, context) -> result` of the steps
+layer (or, for `map_workers`, a plain class whose instances are called on items). Both executors
+run the same steps:
+
+- `LocalExecutor`: in this process, one item after another; no Ray. For debugging with a
+  debugger (`crl run --executor local`) and for fast tests of the steps.
+- `RayExecutor`: one Ray task per item (a worker that dies is retried up to 3 times by Ray) and
+  an actor pool for workers: one actor per GPU when the cluster has GPUs, otherwise CPU actors
+  that leave one CPU to the readers (an actor pool that takes every CPU deadlocks them).
+
+An application error inside a step becomes a `Failure` (error line and traceback) in the results,
+so the other items go on; the caller decides what a failure means.
+"""
+
+from __future__ import annotations
+
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crl.orchestration.progress import Progress
+
+Step = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An item whose step raised: the item, `Type: message`, and the formatted traceback."""
+
+    item: Any
+    error: str
+    traceback: str
+
+
+def call_step(step: Step, item: Any, context: Any, threads: int) -> Any:
+    """`step(item, context)` with `threads` torch threads; an application error -> Failure."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return step(item, context)
+    except Exception as err:
+        return Failure(item, f"{type(err).__name__}: {err}", traceback.format_exc())
+    finally:
+        torch.set_num_threads(previous)
+
+
+class _WorkerHost:
+    """Holds one worker (an instance of a plain step class) inside a Ray actor."""
+
+    def __init__(self, worker: type, args: tuple) -> None:
+        self.worker = worker(*args)
+
+    def run(self, item: Any) -> Any:
+        return self.worker(item)
+
+
+class Executor(ABC):
+    """Runs steps over items and reports progress; `start` says where."""
+
+    @abstractmethod
+    def start(self) -> str:
+        """Set up (e.g. connect to Ray); returns a short description of where work runs."""
+
+    @abstractmethod
+    def map(
+        self,
+        step: Step,
+        items: Sequence[Any],
+        context: Any,
+        *,
+        label: str,
+        cpus: float = 1.0,
+        progress: bool = True,
+    ) -> list[Any]:
+        """`step(item, context)` for every item, each with `cpus` CPUs; results or Failures."""
+
+    @abstractmethod
+    def map_workers(
+        self, worker: type, args: tuple, items: Sequence[Any], *, label: str, progress: bool = True
+    ) -> list[Any]:
+        """`worker(*args)(item)` for every item, on a pool of workers sized by the executor."""
+
+
+def _threads(cpus: float) -> int:
+    return max(1, int(cpus))
+
+
+class LocalExecutor(Executor):
+    """Every item in this process, in order."""
+
+    def start(self) -> str:
+        return "this process (local executor, no Ray)"
+
+    def map(
+        self,
+        step: Step,
+        items: Sequence[Any],
+        context: Any,
+        *,
+        label: str,
+        cpus: float = 1.0,
+        progress: bool = True,
+    ) -> list[Any]:
+        bar = Progress(label, len(items), progress)
+        results = []
+        for item in items:
+            results.append(call_step(step, item, context, _threads(cpus)))
+            bar.advance()
+        return results
+
+    def map_workers(
+        self, worker: type, args: tuple, items: Sequence[Any], *, label: str, progress: bool = True
+    ) -> list[Any]:
+        if not items:
+            return []
+        bar = Progress(label, len(items), progress)
+        instance = worker(*args)
+        results = []
+        for item in items:
+            results.append(instance(item))
+            bar.advance()
+        return results
+
+
+class RayExecutor(Executor):
+    """Ray tasks for `map`, a Ray actor pool for `map_workers`; local Ray or a cluster."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+
+    def start(self) -> str:
+        from crl.orchestration import runtime
+
+        return runtime.ray_init(self.address)
+
+    def map(
+        self,
+        step: Step,
+        items: Sequence[Any],
+        context: Any,
+        *,
+        label: str,
+        cpus: float = 1.0,
+        progress: bool = True,
+    ) -> list[Any]:
+        import ray
+
+        if not items:
+            return []
+        task = ray.remote(call_step).options(num_cpus=cpus, max_retries=3)
+        shared = ray.put(context)  # once, not once per task
+        pending = [task.remote(step, item, shared, _threads(cpus)) for item in items]
+        bar = Progress(label, len(items), progress)
+        results = []
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            results.append(ray.get(ready[0]))
+            bar.advance()
+        return results
+
+    def map_workers(
+        self, worker: type, args: tuple, items: Sequence[Any], *, label: str, progress: bool = True
+    ) -> list[Any]:
+        import ray
+        from ray.util import ActorPool
+
+        if not items:
+            return []
+        resources = ray.cluster_resources()
+        gpus = float(resources.get("GPU", 0.0))
+        if gpus >= 1:
+            size, options = int(gpus), {"num_gpus": 1, "num_cpus": 1}
+        else:
+            size, options = max(1, int(resources.get("CPU", 1.0)) - 1), {"num_cpus": 1}
+        host = ray.remote(_WorkerHost).options(max_restarts=2, max_task_retries=2, **options)
+        pool = ActorPool([host.remote(worker, args) for _ in range(min(size, len(items)))])
+        bar = Progress(label, len(items), progress)
+        results = []
+        for result in pool.map_unordered(lambda actor, item: actor.run.remote(item), items):
+            results.append(result)
+            bar.advance()
+        return results
+
+
+EXECUTORS = ("ray", "local")
+
+
+def make_executor(kind: str, ray_address: str | None = None) -> Executor:
+    """The executor called `kind`: "ray" (default; local Ray or `ray_address`) or "local"."""
+    if kind == "local":
+        return LocalExecutor()
+    if kind == "ray":
+        return RayExecutor(ray_address)
+    raise ValueError(f"executor={kind!r}: expected one of {EXECUTORS}")

@@ -1,0 +1,163 @@
+"""The Prefect flows `bound_grid` and `theorem_checks`: each stage a Prefect task whose body is one
+call into crl.orchestration.stages; the fan-out inside a stage is the executor's (Ray by default).
+
+Deployments point at the entrypoint files flows/bound_grid.py and flows/theorem_checks.py, which
+re-export these. Prefect-level caching and retries are off on purpose (NO_CACHE, no retries):
+resumption is by files (a finished unit is skipped) and system faults are retried by Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from crl.core import config as crl_config
+from crl.orchestration import runtime, stages
+from crl.orchestration.executor import Executor, make_executor
+from crl.steps import check_tables, report, tables
+from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """What a bound_grid run did; `report` is empty when no cell finished."""
+
+    run_dir: str
+    cells_total: int
+    cells_skipped: int
+    cells_computed: int
+    failures: list[dict]
+    bounds_checked: int
+    bounds_held: int
+    report: str
+    where: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What a theorem_checks run did: per-statement summary rows and where the report is."""
+
+    run_dir: str
+    units: int
+    computed: int
+    summary: list[dict]
+    report: str
+    where: str
+
+
+@task(name="materialize", cache_policy=NO_CACHE)
+def materialize(config: crl_config.Config, paths: RunPaths, executor: Executor) -> int:
+    return stages.materialize(config, paths, executor)
+
+
+@task(name="embed", cache_policy=NO_CACHE)
+def embed(config: crl_config.Config, paths: RunPaths, executor: Executor, progress: bool) -> int:
+    return stages.embed(config, paths, executor, progress)
+
+
+@task(name="cells", cache_policy=NO_CACHE)
+def cells(
+    config: crl_config.Config, paths: RunPaths, executor: Executor, progress: bool
+) -> stages.CellsOutcome:
+    return stages.run_cells(config, paths, executor, progress)
+
+
+@task(name="aggregate", cache_policy=NO_CACHE)
+def aggregate(
+    config: crl_config.Config, paths: RunPaths, cell_files: list[Path]
+) -> tuple[int, int]:
+    prov = runtime.provenance(config.hash(), config.run_id())
+    out = tables.write_grid_tables(
+        cell_files, paths.tables, paths.staging, prov, config.eval.performance_metric
+    )
+    checked = out["cells"]["bound_holds"].drop_nulls().cast(int)
+    return checked.len(), int(checked.sum() or 0)
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def render(paths: RunPaths) -> str:
+    return str(report.build(paths.tables, paths.report, paths.staging))
+
+
+@flow(name="bound_grid", log_prints=True)
+def bound_grid(
+    config_path: str,
+    overrides: list[str] | None = None,
+    out: str = "runs",
+    ray_address: str | None = None,
+    progress: bool = True,
+    executor: str = "ray",
+) -> dict:
+    """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
+    config = crl_config.load(config_path, overrides or [])
+    paths = prepare(config, Path(out))
+    runner = make_executor(executor, ray_address)
+    where = runner.start()
+    materialize(config, paths, runner)
+    embed(config, paths, runner, progress)
+    outcome = cells(config, paths, runner, progress)
+    checked = held = 0
+    page = ""
+    if outcome.files:  # when every cell failed there is nothing to aggregate
+        checked, held = aggregate(config, paths, outcome.files)
+        page = render(paths)
+    paths.clean_staging()
+    return asdict(
+        GridResult(
+            str(paths.root),
+            outcome.total,
+            outcome.skipped,
+            outcome.computed,
+            outcome.failures,
+            checked,
+            held,
+            page,
+            where,
+        )
+    )
+
+
+@task(name="instances", cache_policy=NO_CACHE)
+def run_instances(
+    config: crl_config.CheckConfig, paths: CheckPaths, executor: Executor, progress: bool
+) -> tuple[int, int]:
+    return stages.run_check_units(config, paths, executor, progress)
+
+
+@task(name="aggregate", cache_policy=NO_CACHE)
+def aggregate_checks(config: crl_config.CheckConfig, paths: CheckPaths) -> list[dict]:
+    prov = runtime.provenance(config.hash(), config.run_id())
+    out = check_tables.write_check_tables(paths.units, paths.tables, paths.staging, prov)
+    return out["checks_summary"].drop(list(prov)).to_dicts()
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def render_checks(paths: CheckPaths) -> str:
+    return str(report.build_checks(paths.tables, paths.report, paths.staging))
+
+
+@flow(name="theorem_checks", log_prints=True)
+def theorem_checks(
+    config_path: str | None = None,
+    out: str = "runs",
+    instances: int | None = None,
+    ray_address: str | None = None,
+    progress: bool = True,
+    overrides: list[str] | None = None,
+    executor: str = "ray",
+) -> dict:
+    """Run (or resume) the statement checks; returns the per-statement summary and failures."""
+    config = crl_config.load_checks(
+        config_path, crl_config.check_overrides(overrides or [], instances)
+    )
+    paths = prepare_checks(config, Path(out))
+    runner = make_executor(executor, ray_address)
+    where = runner.start()
+    units, computed = run_instances(config, paths, runner, progress)
+    summary = aggregate_checks(config, paths)
+    page = render_checks(paths)
+    paths.clean_staging()
+    return asdict(CheckResult(str(paths.root), units, computed, summary, page, where))

@@ -1,0 +1,39 @@
+"""Atomic writes: a temporary file outside the table folder, then a rename into place.
+
+The temporary file lives in `staging` (same file system, outside any table folder, so a Polars
+scan of the folder never meets a half-written file) and is renamed over `path`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _replace_atomically(write: Callable[[str], None], path: Path, staging: Path) -> None:
+    """Call `write(tmp)` on a fresh temporary file in `staging`, then rename it to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=staging)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet_atomic(table: pa.Table, path: Path, staging: Path) -> None:
+    """Write `table` to `path` so readers only ever see a complete file."""
+    _replace_atomically(lambda tmp: pq.write_table(table, tmp), path, staging)
+
+
+def write_bytes_atomic(data: bytes, path: Path, staging: Path) -> None:
+    """Write `data` to `path` so readers only ever see a complete file."""
+    _replace_atomically(lambda tmp: Path(tmp).write_bytes(data), path, staging)

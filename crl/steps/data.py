@@ -1,0 +1,294 @@
+"""Dataset sources materialised into hive-partitioned Parquet shards, and read back as arrays.
+
+Layout: <run>/data/split=train|test/part-00000.parquet with columns
+  id (int64), label (int32, latent: used by the sampler and downstream metrics only),
+  x (list<float32>, the input), and for augmented positives view_a, view_b (two augmented views).
+Each shard is a pure function of (dataset config, run seed, split, shard index).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from crl.core.config import DigitsData, ParquetData, SyntheticData
+from crl.core.errors import ConfigError
+from crl.kernels import latent
+from crl.kernels.seeding import derive_seed, generator
+from crl.steps.atomic import write_parquet_atomic
+
+SPLITS = ("train", "test")
+DIGITS_ROWS = 1797  # sklearn.datasets.load_digits
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    split: str
+    index: int
+    start: int  # first row of the split in this shard
+    rows: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split read back into memory.
+
+    Shape: ids (N,), labels (N,), x (N, p); view_a, view_b (N, p) or None.
+    """
+
+    ids: np.ndarray
+    labels: np.ndarray
+    x: np.ndarray
+    view_a: np.ndarray | None
+    view_b: np.ndarray | None
+
+
+def synthetic_model(ds: SyntheticData, seed: int) -> latent.LatentClassModel:
+    return latent.LatentClassModel.synthetic(
+        classes=ds.classes,
+        dim=ds.dim,
+        separation=ds.separation,
+        noise=ds.noise,
+        prior=ds.prior,
+        zipf_exponent=ds.zipf_exponent,
+        generator=generator(seed, "synthetic-model"),
+    )
+
+
+def _user_table(ds: ParquetData) -> pa.Table:
+    path = Path(ds.path)
+    if not path.exists():
+        raise ConfigError(f"dataset.path {path}: does not exist")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ConfigError(f"dataset.path {path}: not a readable Parquet file ({err})") from None
+    column = ds.feature_column or ds.image_column
+    for field, name in (("label_column", ds.label_column), ("feature_column", column)):
+        if name not in table.column_names:
+            raise ConfigError(
+                f"dataset.{field} {name!r}: no such column in {path} (has {table.column_names})"
+            )
+    if ds.split_column and ds.split_column not in table.column_names:
+        raise ConfigError(f"dataset.split_column {ds.split_column!r}: no such column in {path}")
+    if table.num_rows < 2:
+        raise ConfigError(f"dataset.path {path}: needs at least 2 rows, has {table.num_rows}")
+    return table
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    """A list column of any Arrow flavour: list, large_list (Polars) or fixed_size_list."""
+    return (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    )
+
+
+def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x (N, p) float32, labels (N,) int32 codes, is_test (N,) bool) from a user Parquet."""
+    table = _user_table(ds)
+    name = ds.feature_column or ds.image_column
+    column = table.column(name).combine_chunks()
+    while _is_list(column.type):
+        lengths = np.asarray(column.value_lengths().fill_null(-1))
+        if lengths.size and (lengths.min() != lengths.max() or lengths.min() < 0):
+            raise ConfigError(
+                f"dataset column {name!r} in {ds.path}: rows have mixed lengths "
+                f"({int(lengths.min())}..{int(lengths.max())}); expected one length"
+            )
+        inner = column.flatten()
+        if _is_list(inner.type):
+            column = inner  # nested image rows: flatten one level per pass
+            continue
+        try:
+            values = np.asarray(inner.to_numpy(zero_copy_only=False), dtype=np.float32)
+        except (ValueError, TypeError):
+            raise ConfigError(f"dataset column {name!r} in {ds.path}: not numeric") from None
+        x = values.reshape(table.num_rows, -1)
+        break
+    else:
+        raise ConfigError(
+            f"dataset column {name!r} in {ds.path}: expected a list of numbers per row, "
+            f"got {column.type}"
+        )
+    if not np.isfinite(x).all():
+        raise ConfigError(f"dataset column {name!r} in {ds.path}: contains NaN or inf")
+    raw_labels = table.column(ds.label_column).to_pylist()
+    if any(v is None for v in raw_labels):
+        raise ConfigError(f"dataset.label_column {ds.label_column!r} in {ds.path}: has nulls")
+    classes = sorted(set(raw_labels), key=repr)
+    code = {c: i for i, c in enumerate(classes)}
+    labels = np.array([code[v] for v in raw_labels], dtype=np.int32)
+    if ds.split_column:
+        split = table.column(ds.split_column).to_pylist()
+        bad = sorted({s for s in split if s not in SPLITS}, key=repr)
+        if bad:
+            raise ConfigError(
+                f"dataset.split_column {ds.split_column!r}: values {bad[:3]} not in {SPLITS}"
+            )
+        is_test = np.array([s == "test" for s in split])
+    else:
+        is_test = _random_test_mask(table.num_rows, ds.test_fraction, derive_seed("user-split"))
+    return x, labels, is_test
+
+
+def _random_test_mask(rows: int, fraction: float, seed: int) -> np.ndarray:
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(rows, generator=gen).numpy()
+    mask = np.zeros(rows, dtype=bool)
+    mask[order[: max(1, round(fraction * rows))]] = True
+    return mask
+
+
+def split_sizes(ds: SyntheticData | DigitsData | ParquetData) -> dict[str, int]:
+    """Rows per split, known before any work (user Parquet: read from the file)."""
+    if isinstance(ds, SyntheticData):
+        return {"train": ds.train_size, "test": ds.test_size}
+    if isinstance(ds, DigitsData):
+        test = max(1, round(ds.test_fraction * DIGITS_ROWS))
+        return {"train": DIGITS_ROWS - test, "test": test}
+    _, _, is_test = _user_arrays(ds)
+    return {"train": int((~is_test).sum()), "test": int(is_test.sum())}
+
+
+def shard_plan(
+    ds: SyntheticData | DigitsData | ParquetData, sizes: dict[str, int]
+) -> list[ShardSpec]:
+    """Every shard of both splits: `ds.shards` per split, none empty."""
+    plan = []
+    for split in SPLITS:
+        per = math.ceil(sizes[split] / ds.shards)
+        for index in range(ds.shards):
+            start = index * per
+            rows = min(per, sizes[split] - start)
+            if rows > 0:
+                plan.append(ShardSpec(split, index, start, rows))
+    return plan
+
+
+def shard_path(data_dir: Path, spec: ShardSpec) -> Path:
+    """data/split=<split>/part-<index>.parquet."""
+    return data_dir / f"split={spec.split}" / f"part-{spec.index:05d}.parquet"
+
+
+def input_width(ds: SyntheticData | DigitsData | ParquetData) -> int:
+    """Values per input row, known before any shard is written."""
+    if isinstance(ds, SyntheticData):
+        return ds.dim
+    if isinstance(ds, DigitsData):
+        return 64
+    return int(_user_arrays(ds)[0].shape[1])
+
+
+def _digits_split(ds: DigitsData, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.data.astype(np.float32) / 16.0  # (1797, 64) pixel intensities in [0, 1]
+    y = bunch.target.astype(np.int32)
+    order = torch.randperm(len(y), generator=generator(seed, "digits-split")).numpy()
+    test = split_sizes(ds)["test"]
+    return {"test": (x[order[:test]], y[order[:test]]), "train": (x[order[test:]], y[order[test:]])}
+
+
+def augment_digits(images: np.ndarray, gen: torch.Generator) -> np.ndarray:
+    """A random view of 8x8 digits: shift by up to one pixel each way (zero fill) plus noise.
+
+    Shape: images (N, 64) -> (N, 64).
+    """
+    n = images.shape[0]
+    grid = torch.from_numpy(images).reshape(n, 8, 8)
+    padded = torch.nn.functional.pad(grid, (1, 1, 1, 1))
+    shifts = torch.randint(0, 3, (n, 2), generator=gen)
+    rows = (shifts[:, 0, None] + torch.arange(8)).reshape(n, 8, 1)
+    cols = (shifts[:, 1, None] + torch.arange(8)).reshape(n, 1, 8)
+    view = padded[torch.arange(n)[:, None, None], rows, cols]
+    view = view + 0.05 * torch.randn(view.shape, generator=gen)
+    return view.clamp(0, 1).reshape(n, 64).numpy().astype(np.float32)
+
+
+def make_shard(
+    ds: SyntheticData | DigitsData | ParquetData, seed: int, spec: ShardSpec
+) -> pa.Table:
+    """The rows of one shard as an Arrow table; a pure function of its arguments."""
+    gen = generator(seed, "shard", spec.split, spec.index)
+    ids = np.arange(spec.start, spec.start + spec.rows, dtype=np.int64)
+    views = None
+    if isinstance(ds, SyntheticData):
+        model = synthetic_model(ds, seed)
+        classes = model.sample_classes(spec.rows, gen)
+        x = model.sample_inputs(classes, gen).to(torch.float32).numpy()
+        labels = classes.numpy().astype(np.int32)
+    elif isinstance(ds, DigitsData):
+        x_all, y_all = _digits_split(ds, seed)[spec.split]
+        x, labels = (
+            x_all[spec.start : spec.start + spec.rows],
+            y_all[spec.start : spec.start + spec.rows],
+        )
+        if ds.positives == "augmented":
+            views = (augment_digits(x, gen), augment_digits(x, gen))
+    else:
+        x_all, y_all, is_test = _user_arrays(ds)
+        mask = is_test if spec.split == "test" else ~is_test
+        x, labels = (
+            x_all[mask][spec.start : spec.start + spec.rows],
+            y_all[mask][spec.start : spec.start + spec.rows],
+        )
+    columns = {"id": ids, "label": labels.astype(np.int32), "x": list_column(x)}
+    if views is not None:
+        columns["view_a"] = list_column(views[0])
+        columns["view_b"] = list_column(views[1])
+    return pa.table(columns)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every shard of a run shares: the dataset, the run seed and where shards go."""
+
+    dataset: SyntheticData | DigitsData | ParquetData
+    seed: int
+    data_dir: Path
+    staging: Path
+
+
+def write_shard(spec: ShardSpec, job: ShardJob) -> str:
+    """The step of the materialize stage: make one shard and write it atomically."""
+    path = shard_path(job.data_dir, spec)
+    write_parquet_atomic(make_shard(job.dataset, job.seed, spec), path, job.staging)
+    return str(path)
+
+
+def list_column(x: np.ndarray) -> pa.Array:
+    """An (N, p) array as a fixed-size-list column of N rows."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
+
+
+def list_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A fixed-size-list column (N rows of p floats) as an (N, p) float32 array."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    width = array.type.list_size
+    return np.asarray(array.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
+        -1, width
+    )
+
+
+def read_split(root: Path, split: str, column: str = "x") -> Split:
+    """Read every shard of `split` under `root` (data/ or features/), ordered by id."""
+    files = sorted((root / f"split={split}").glob("part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{root / f'split={split}'}: no shards")
+    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
+    has_views = "view_a" in table.column_names
+    return Split(
+        ids=table.column("id").to_numpy(),
+        labels=table.column("label").to_numpy(),
+        x=list_to_numpy(table.column(column)),
+        view_a=list_to_numpy(table.column("view_a")) if has_views else None,
+        view_b=list_to_numpy(table.column("view_b")) if has_views else None,
+    )

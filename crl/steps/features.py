@@ -1,0 +1,86 @@
+"""A run's features read back for the cells: both splits, normalised so every ||row|| <= 1."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from crl.core.config import Config, SyntheticData
+from crl.kernels.learner import Views
+from crl.steps import data
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """Zero-copy view; arrays from Ray's object store are read-only and nothing writes to them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(array))
+
+
+@dataclass(frozen=True)
+class SplitArrays:
+    """One split's normalised features and latent labels.
+
+    Shape: x (N, p) clean inputs for downstream metrics; labels (N,); view_a, view_b (N, p) the
+    two augmented views, or None when positives share a class instead.
+    """
+
+    x: np.ndarray
+    labels: np.ndarray
+    view_a: np.ndarray | None = None
+    view_b: np.ndarray | None = None
+
+    def inputs(self) -> torch.Tensor:
+        """x as a tensor (N, p)."""
+        return _tensor(self.x)
+
+    def label_tensor(self) -> torch.Tensor:
+        """labels as int64 (N,)."""
+        return torch.from_numpy(np.asarray(self.labels, dtype=np.int64))
+
+    def views(self) -> Views:
+        """The tables a sample indexes: x three times, or view a / view b / view b."""
+        if self.view_a is None:
+            x = self.inputs()
+            return Views(x, x, x, self.label_tensor(), augmented=False)
+        b = _tensor(self.view_b)
+        return Views(_tensor(self.view_a), b, b, self.label_tensor(), augmented=True)
+
+
+@dataclass(frozen=True)
+class Features:
+    """Both splits of a run's features."""
+
+    train: SplitArrays
+    test: SplitArrays
+
+
+def load_features(features_dir: Path) -> Features:
+    """Features of both splits, centred on the train mean and scaled so every ||row|| <= 1."""
+    tr = data.read_split(features_dir, "train")
+    te = data.read_split(features_dir, "test")
+    mean = tr.x.mean(axis=0, dtype=np.float64).astype(np.float32)
+    tables = [t for t in (tr.x, te.x, tr.view_a, tr.view_b, te.view_a, te.view_b) if t is not None]
+    scale = max(float(np.linalg.norm(t - mean, axis=1).max()) for t in tables) or 1.0
+
+    def norm(t: np.ndarray | None) -> np.ndarray | None:
+        if t is None:
+            return None
+        return np.ascontiguousarray((t - mean) / np.float32(scale * (1 + 1e-6)))
+
+    return Features(
+        SplitArrays(norm(tr.x), tr.labels, norm(tr.view_a), norm(tr.view_b)),
+        SplitArrays(norm(te.x), te.labels, norm(te.view_a), norm(te.view_b)),
+    )
+
+
+def tau_of(config: Config, labels: np.ndarray) -> float:
+    """Class-collision probability: exact for the synthetic model, label frequencies otherwise."""
+    if isinstance(config.dataset, SyntheticData):
+        return float(data.synthetic_model(config.dataset, config.seed).tau)
+    freq = np.bincount(labels) / len(labels)
+    return float((freq**2).sum())

@@ -1,0 +1,133 @@
+"""The run folder of a config: runs/<name>-<hash>/ with config.json, tables, report, staging.
+
+`prepare` and `prepare_checks` hold every check that can fail before work starts, so bad input
+exits before anything is written; then they create the folder and record the config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from crl import checks
+from crl.core.config import CheckConfig, Config
+from crl.core.errors import ConfigError
+from crl.kernels.encoders import square_side
+from crl.steps import data
+from crl.steps.atomic import write_bytes_atomic
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """runs/<name>-<hash>/: tables, report, a staging folder for atomic writes, config.json."""
+
+    root: Path
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / ".staging"
+
+    def record(self, config: Config | CheckConfig) -> None:
+        """Create the folder and write the validated config with its hash."""
+        self.root.mkdir(exist_ok=True)
+        record = json.dumps(
+            {"config": config.model_dump(mode="json"), "hash": config.hash()},
+            indent=2,
+            sort_keys=True,
+        )
+        write_bytes_atomic(record.encode(), self.root / "config.json", self.staging)
+
+    def clean_staging(self) -> None:
+        """Remove temporary files left by interrupted writes."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RunPaths(RunFolder):
+    """A bound_grid run: data shards, features and per-cell files besides the tables."""
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def features(self) -> Path:
+        return self.root / "features"
+
+    @property
+    def cells(self) -> Path:
+        return self.root / "cells"
+
+    def cell(self, cell_id: str) -> Path:
+        """The file of one cell's row."""
+        return self.cells / f"{cell_id}.parquet"
+
+
+@dataclass(frozen=True)
+class CheckPaths(RunFolder):
+    """A theorem_checks run: per-unit row files besides the tables."""
+
+    @property
+    def units(self) -> Path:
+        return self.root / "units"
+
+
+def writable(out: str | Path) -> Path:
+    """`out`, created if needed, after proving a file can be written there."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".crl-write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"--out {out}: cannot write there ({err.strerror})") from None
+    return out
+
+
+def prepare(config: Config, out: str | Path) -> RunPaths:
+    """Every check that can fail before work starts; then the run folder and its config.json."""
+    sizes = data.split_sizes(config.dataset)
+    if max(config.grid.n) > sizes["train"]:
+        raise ConfigError(
+            f"config field grid.n: n={max(config.grid.n)} is larger than the train split "
+            f"({sizes['train']} rows) can serve (anchors are drawn without replacement)"
+        )
+    if sizes["test"] < 2:
+        raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")
+    if config.encoder.kind == "small_cnn":
+        width = data.input_width(config.dataset)
+        try:
+            square_side(width)
+        except ValueError:
+            raise ConfigError(
+                f"config field encoder.kind: small_cnn needs square images, but the dataset's "
+                f"inputs have {width} values per row"
+            ) from None
+    paths = RunPaths(writable(out) / config.run_id())
+    paths.record(config)
+    return paths
+
+
+def prepare_checks(config: CheckConfig, out: str | Path) -> CheckPaths:
+    """Statement names checked against the registry; then the run folder and its config.json."""
+    unknown = [s for s in config.statements or [] if s not in checks.STATEMENTS]
+    if unknown:
+        raise ConfigError(
+            f"config field statements: unknown statements {unknown}; "
+            f"known: {sorted(checks.STATEMENTS)}"
+        )
+    paths = CheckPaths(writable(out) / config.run_id())
+    paths.record(config)
+    return paths

@@ -1,0 +1,114 @@
+"""The config schema: validation errors name the field, overrides, canonical hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crl.core import config
+from tests.conftest import REPO
+
+QUICKSTART = REPO / "conf" / "quickstart.yaml"
+
+
+def test_quickstart_loads_and_hash_is_stable() -> None:
+    a = config.load(QUICKSTART)
+    b = config.load(QUICKSTART)
+    assert a.hash() == b.hash() and len(a.hash()) == 12
+    assert a.run_id() == f"quickstart-{a.hash()}"
+    assert {r for r, _ in config.objectives(a.grid)} == {"one_negative", "scrl", "sscrl"}
+    assert {loss for _, loss in config.objectives(a.grid)} == set(config.LOSSES)
+
+
+def test_override_changes_hash_and_parses_yaml() -> None:
+    base = config.load(QUICKSTART)
+    changed = config.load(QUICKSTART, ["grid.m=[2, 8]", "eval.temperature=0.25"])
+    assert changed.grid.m == [2, 8] and changed.eval.temperature == 0.25
+    assert changed.hash() != base.hash()
+
+
+def test_defaults_filled_in_hash() -> None:
+    """Writing a default explicitly does not change the hash: it is over the validated config."""
+    base = config.load(QUICKSTART)
+    explicit = config.load(QUICKSTART, [f"eval.probe_points={base.eval.probe_points}"])
+    assert explicit.hash() == base.hash()
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("grid.m=[0, 4]", "grid.m"),
+        ("grid.n=[0]", "grid.n"),
+        ("grid.m=[]", "grid.m"),
+        ("model.R=0", "model.R"),
+        ("model.R=-1", "model.R"),
+        ("eval.temperature=0", "eval.temperature"),
+        ("eval.delta=1.5", "eval.delta"),
+        ("eval.delta=0", "eval.delta"),
+        ("grid.losses=[bogus]", "grid.losses"),
+        ("grid.regimes=[nope]", "grid.regimes"),
+        ("dataset.kind=mnist", "dataset"),
+        ("model.colour=3", "model.colour"),
+        ("grid.regimes=[one_negative]", "grid"),
+    ],
+)
+def test_bad_values_name_the_field(override: str, field: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.load(
+            QUICKSTART, [override] + (["grid.losses=[lse]"] if "one_negative]" in override else [])
+        )
+    message = str(err.value)
+    assert field in message and "\n" not in message
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\ndataset: {kind: synthetic}\n")
+    with pytest.raises(config.ConfigError, match="grid: required key is missing"):
+        config.load(path)
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(config.ConfigError, match="not valid YAML"):
+        config.load(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(config.ConfigError, match="mapping"):
+        config.load(scalar)
+
+
+def test_bad_override_syntax() -> None:
+    with pytest.raises(config.ConfigError, match="key=value"):
+        config.load(QUICKSTART, ["grid.m"])
+
+
+def test_check_constants_mirror_the_checks() -> None:
+    """core cannot import the checks, so the schema's constants are tied to them here."""
+    import dataclasses
+
+    from crl import checks
+
+    names = {f.name for f in dataclasses.fields(checks.Constants)}
+    assert set(config.ConstantsConfig.model_fields) == names
+
+
+def test_check_overrides() -> None:
+    assert config.check_overrides(["a=1"], None) == ["a=1"]
+    assert config.check_overrides(["a=1"], 3) == ["a=1", "instances=3"]
+    with pytest.raises(config.ConfigError, match="--instances 0"):
+        config.check_overrides([], 0)
+
+
+def test_dataset_kind_is_not_in_the_field_path() -> None:
+    tree = {
+        "name": "x",
+        "dataset": {"kind": "synthetic", "classes": 1},
+        "grid": {"regimes": ["scrl"], "losses": ["lse"], "m": [1], "n": [1]},
+    }
+    with pytest.raises(config.ConfigError, match=r"^config field dataset\.classes:"):
+        config.validate(tree)

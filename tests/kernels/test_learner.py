@@ -1,0 +1,233 @@
+"""crl.kernels.learner: sampling a cell's tuples and fitting f = W phi in a Frobenius ball."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from crl.kernels import losses
+from crl.kernels.learner import (
+    FitSpec,
+    Sample,
+    Views,
+    draw,
+    fit,
+    objective,
+    per_anchor_loss,
+    project,
+    same_class_partner,
+    scores,
+)
+
+LOSSES = ("hinge", "logistic", "lse", "info_nce")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread, as a cell runs (tiny tensors: two threads on two cores only spin)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _views(rows: int = 40, p: int = 5, classes: int = 4, seed: int = 0, dtype=torch.float32):
+    gen = _gen(seed)
+    x = torch.randn(rows, p, generator=gen, dtype=dtype)
+    x = x / x.norm(dim=1, keepdim=True).max()
+    labels = torch.randint(0, classes, (rows,), generator=gen)
+    return Views(x, x, x, labels, augmented=False)
+
+
+def _easy_views(rows: int = 60) -> Views:
+    """Six tight classes at 0.8 (+-e1, +-e2, +-e3) plus small noise, norms <= 1."""
+    labels = torch.arange(rows) % 6
+    centres = 0.8 * torch.cat([torch.eye(3), -torch.eye(3)])
+    x = centres[labels] + 0.05 * torch.randn(rows, 3, generator=_gen(7))
+    x = x / x.norm(dim=1, keepdim=True).clamp(min=1.0)
+    return Views(x, x, x, labels, augmented=False)
+
+
+# --- same_class_partner -------------------------------------------------------------------------
+
+
+def test_same_class_partner_is_another_member_of_the_class() -> None:
+    labels = torch.tensor([3, 1, 3, 3, 7, 1, 0, 3])  # class 7 and class 0 are singletons
+    anchors = torch.arange(len(labels))
+    for seed in range(30):
+        partner = same_class_partner(labels, anchors, _gen(seed))
+        assert partner.shape == anchors.shape
+        assert torch.equal(labels[partner], labels[anchors])
+        singleton = torch.isin(labels[anchors], torch.tensor([0, 7]))
+        assert torch.equal(partner[singleton], anchors[singleton])  # alone: itself
+        assert not torch.any(partner[~singleton] == anchors[~singleton])
+
+
+def test_same_class_partner_is_uniform_over_the_others() -> None:
+    labels = torch.tensor([0, 1, 0, 0, 0])  # anchor 0 has partners 2, 3, 4
+    anchors = torch.zeros(3000, dtype=torch.long)
+    partner = same_class_partner(labels, anchors, _gen(1))
+    counts = torch.bincount(partner, minlength=5)
+    assert counts[0] == 0 and counts[1] == 0
+    assert torch.all((counts[2:] - 1000).abs() < 120)  # ~ 4.5 sigma of Binomial(3000, 1/3)
+
+
+def test_same_class_partner_is_reproducible() -> None:
+    labels = torch.randint(0, 5, (50,), generator=_gen(2))
+    anchors = torch.randperm(50, generator=_gen(3))[:20]
+    first = same_class_partner(labels, anchors, _gen(4))
+    assert torch.equal(first, same_class_partner(labels, anchors, _gen(4)))
+
+
+# --- draw ---------------------------------------------------------------------------------------
+
+
+def test_draw_own_negatives() -> None:
+    views = _views()
+    sample = draw(views, n=15, m=3, shared=False, gen=_gen())
+    assert sample.anchors.shape == (15,) and sample.positives.shape == (15,)
+    assert sample.negatives.shape == (15, 3) and not sample.shared
+    assert len(set(sample.anchors.tolist())) == 15  # without replacement
+    assert torch.equal(views.labels[sample.positives], views.labels[sample.anchors])
+    assert sample.negatives.min() >= 0 and sample.negatives.max() < 40
+
+
+def test_draw_shared_negatives() -> None:
+    sample = draw(_views(), n=10, m=6, shared=True, gen=_gen())
+    assert sample.negatives.shape == (6,) and sample.shared
+
+
+def test_draw_every_anchor_once_when_n_is_the_split() -> None:
+    sample = draw(_views(rows=12), n=12, m=2, shared=False, gen=_gen(5))
+    assert sorted(sample.anchors.tolist()) == list(range(12))
+
+
+def test_draw_augmented_positive_is_the_other_view_of_the_anchor() -> None:
+    base = _views()
+    views = Views(base.anchor, base.anchor * 0.5, base.anchor * 0.5, base.labels, augmented=True)
+    sample = draw(views, n=8, m=2, shared=False, gen=_gen())
+    assert torch.equal(sample.positives, sample.anchors)
+
+
+def test_draw_is_reproducible() -> None:
+    views = _views()
+    a, b = draw(views, 10, 4, False, _gen(9)), draw(views, 10, 4, False, _gen(9))
+    for x, y in zip(
+        (a.anchors, a.positives, a.negatives), (b.anchors, b.positives, b.negatives), strict=True
+    ):
+        assert torch.equal(x, y)
+
+
+# --- project ------------------------------------------------------------------------------------
+
+
+def test_project_onto_the_frobenius_ball() -> None:
+    weight = torch.tensor([[3.0, 0.0], [0.0, 4.0]])  # ||W||_F = 5
+    projected = project(weight, 2.0)
+    assert torch.allclose(projected, weight * 0.4)
+    assert torch.linalg.matrix_norm(projected).item() == pytest.approx(2.0)
+    inside = torch.tensor([[0.3, 0.4]])
+    assert torch.equal(project(inside, 1.0), inside)  # already inside: unchanged
+    zero = torch.zeros(2, 3)
+    assert torch.equal(project(zero, 1.0), zero)
+
+
+# --- fit ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("loss", "shared"), [("hinge", False), ("lse", True), ("info_nce", False)])
+def test_fit_stays_in_the_ball_and_is_deterministic(loss: str, shared: bool) -> None:
+    views = _views()
+    sample = draw(views, 20, 3, shared, _gen(1))
+    spec = FitSpec(d=3, radius=0.7, steps=15, batch=8, lr=0.5)  # a large lr pushes to the edge
+    first = fit(views, sample, spec, loss, 0.5, _gen(2))
+    second = fit(views, sample, spec, loss, 0.5, _gen(2))
+    assert first.shape == (3, 5) and not first.requires_grad
+    assert torch.equal(first, second)
+    assert torch.linalg.matrix_norm(first).item() <= 0.7 * (1 + 1e-6)
+    assert not torch.equal(first, fit(views, sample, spec, loss, 0.5, _gen(3)))
+
+
+def test_fit_with_no_steps_returns_the_projected_start() -> None:
+    views = _views()
+    sample = draw(views, 10, 2, False, _gen())
+    weight = fit(views, sample, FitSpec(2, 1e-3, 0, 4, 0.1), "hinge", 0.5, _gen(4))
+    init = 0.1 * torch.randn(2, 5, generator=_gen(4))
+    assert torch.allclose(weight, project(init, 1e-3))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_fit_lowers_the_training_loss_on_an_easy_task(loss: str) -> None:
+    views = _easy_views()
+    sample = draw(views, 30, 1, False, _gen(0))
+    start = fit(views, sample, FitSpec(2, 2.0, 0, 16, 0.1), loss, 0.5, _gen(1))
+    trained = fit(views, sample, FitSpec(2, 2.0, 60, 16, 0.1), loss, 0.5, _gen(1))
+    before = per_anchor_loss(start, views, sample, loss, 0.5).mean().item()
+    after = per_anchor_loss(trained, views, sample, loss, 0.5).mean().item()
+    assert after < before - 0.2, (before, after)
+    assert torch.linalg.matrix_norm(trained).item() <= 2.0 * (1 + 1e-6)
+
+
+# --- per_anchor_loss and scores -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("shared", [False, True])
+def test_per_anchor_loss_chunked_equals_unchunked(loss: str, shared: bool) -> None:
+    views = _views(rows=50)
+    sample = draw(views, 23, 4, shared, _gen(3))
+    weight = torch.randn(3, 5, generator=_gen(8))
+    whole = per_anchor_loss(weight, views, sample, loss, 0.5)
+    assert whole.shape == (23,) and whole.dtype == torch.float64
+    for chunk in (1, 4, 22, 23):
+        assert torch.allclose(per_anchor_loss(weight, views, sample, loss, 0.5, chunk), whole)
+
+
+def test_per_anchor_loss_matches_the_objective_on_the_rows() -> None:
+    base = _views(rows=30)
+    views = Views(base.anchor, base.anchor.flip(0), base.anchor * 0.5, base.labels, True)
+    sample = draw(views, 12, 3, False, _gen(6))
+    weight = torch.randn(2, 5, generator=_gen(1))
+    fa = views.anchor[sample.anchors] @ weight.T
+    fp = views.positive[sample.positives] @ weight.T
+    fn = views.negative[sample.negatives] @ weight.T
+    for loss in LOSSES:
+        expected = objective(fa, fp, fn, False, loss, 0.5).double()
+        assert torch.allclose(per_anchor_loss(weight, views, sample, loss, 0.5, 5), expected)
+    hinge = losses.k_negative(losses.k_negative_margins(fa, fp, fn), loss="hinge")
+    assert torch.allclose(per_anchor_loss(weight, views, sample, "hinge", 0.5), hinge.double())
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_scores_match_a_naive_loop(shared: bool) -> None:
+    base = _views(rows=25, dtype=torch.float64)
+    views = Views(base.anchor, base.anchor.roll(1, 0), base.anchor * -0.5, base.labels, True)
+    sample = draw(views, 7, 3, shared, _gen(2))
+    weight = torch.randn(4, 5, generator=_gen(3), dtype=torch.float64)
+    pos, neg = scores(weight, views, sample)
+    assert pos.shape == (7,) and neg.shape == (7, 3) and pos.dtype == torch.float64
+
+    def f(table: torch.Tensor, i: int) -> list[float]:
+        return [sum(weight[r, c].item() * table[i, c].item() for c in range(5)) for r in range(4)]
+
+    def dot(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    for i in range(7):
+        fa = f(views.anchor, int(sample.anchors[i]))
+        assert pos[i].item() == pytest.approx(dot(fa, f(views.positive, int(sample.positives[i]))))
+        for j in range(3):
+            k = int(sample.negatives[j] if shared else sample.negatives[i, j])
+            assert neg[i, j].item() == pytest.approx(dot(fa, f(views.negative, k)), rel=1e-12)
+
+
+def test_sample_shared_property() -> None:
+    own = Sample(torch.arange(3), torch.arange(3), torch.zeros(3, 2, dtype=torch.long))
+    shared = Sample(torch.arange(3), torch.arange(3), torch.zeros(2, dtype=torch.long))
+    assert not own.shared and shared.shared

@@ -1,0 +1,517 @@
+"""Deployments and cluster submission with real services: a Prefect server on 127.0.0.1 with a
+process work pool and worker, `crl serve`, and a two-node Ray cluster with token auth."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import polars as pl
+import pytest
+import yaml
+
+from crl.core import config as crl_config
+from crl.core.errors import DeployError
+from crl.orchestration import deploy, submit
+from tests.conftest import REPO
+
+BIN = Path(sys.executable).parent
+
+TINY = {
+    "name": "deploy-tiny",
+    "seed": 0,
+    "dataset": {"kind": "synthetic", "train_size": 300, "test_size": 200, "shards": 2},
+    "model": {"steps": 10},
+    "grid": {
+        "regimes": ["one_negative"],
+        "losses": ["hinge"],
+        "m": [1],
+        "n": [20, 40],
+        "seeds": [0],
+    },
+    "eval": {
+        "rademacher_draws": 4,
+        "test_anchors": 100,
+        "negative_pool": 50,
+        "probe_points": 100,
+    },
+}
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_tiny(folder: Path) -> Path:
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited with {proc.returncode}")
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not ready after {timeout:.0f} s")
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A service in its own process group, so that teardown reaches its children too."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            args, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop(*procs: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 15) -> None:
+    """Signal each process group, wait for them together, then kill what is left."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+def kill_marked(marker: str) -> None:
+    """Kill processes of this user whose command line names `marker` (a private temp dir)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.stat().st_uid != os.getuid() or int(proc.name) == os.getpid():
+                continue
+            if marker in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace"
+            ):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def cells_of(runs: Path) -> pl.DataFrame:
+    run_dir = runs / crl_config.validate(TINY).run_id()
+    return pl.read_parquet(run_dir / "tables" / "cells.parquet")
+
+
+# --- fast checks of input handling (no services) -------------------------------------------
+
+
+def test_parameters_are_checked_and_portable(tmp_path: Path) -> None:
+    params = deploy.flow_parameters(
+        "bound_grid", str(REPO / "conf" / "quickstart.yaml"), ["grid.m=[1]"], "runs", None, None
+    )
+    assert params == {
+        "config_path": "conf/quickstart.yaml",
+        "overrides": ["grid.m=[1]"],
+        "out": "runs",
+        "ray_address": None,
+        "progress": False,
+    }
+    outside = deploy.flow_parameters("theorem_checks", None, [], str(tmp_path / "o"), "auto", 3)
+    assert outside["out"] == str(tmp_path / "o") and outside["instances"] == 3
+    with pytest.raises(DeployError, match="grid.m"):
+        deploy.flow_parameters(
+            "bound_grid", "conf/quickstart.yaml", ["grid.m=[0]"], "r", None, None
+        )
+    with pytest.raises(DeployError, match="instances"):
+        deploy.flow_parameters("theorem_checks", None, ["instances=0"], "runs", None, None)
+
+
+def test_job_entrypoint_quotes_and_ships_the_config() -> None:
+    entry = submit.job_entrypoint("/data/my runs", ["grid.n=[20, 40]"])
+    assert "python -m crl run \"$f\" --out '/data/my runs' --ray-address auto" in entry
+    assert "--set 'grid.n=[20, 40]'" in entry
+    env = submit.job_runtime_env("name: x\n", {"A": "1"}, [])
+    assert env["working_dir"] == str(REPO) and "/.venv/" in env["excludes"]
+    assert env["env_vars"]["CRL_CONFIG_YAML"] == "name: x\n" and env["env_vars"]["A"] == "1"
+    assert "pip" not in env
+
+
+BAD_INPUT = [
+    (["deploy", "nope", "--config", "conf/quickstart.yaml"], "FLOW"),
+    (["deploy", "--config", "conf/quickstart.yaml", "--cron", "0 3 * *"], "--cron"),
+    (["deploy", "--config", "conf/quickstart.yaml", "--timezone", "Mars/Base"], "--timezone"),
+    (["deploy", "--config", "conf/quickstart.yaml", "--set", "grid.m=[0]"], "grid.m"),
+    (["deploy", "--config", "conf/absent.yaml"], "absent.yaml"),
+    (["deploy"], "--config"),
+    (["deploy", "--config", "conf/quickstart.yaml"], "PREFECT_API_URL"),
+    (["serve", "--config", "conf/quickstart.yaml", "--limit", "0"], "--limit"),
+    (["submit", "conf/quickstart.yaml", "--address", "ray://h:10001", "--out", "/o"], "--address"),
+    (["submit", "conf/quickstart.yaml", "--address", "http://h:8265", "--out", "o"], "--out"),
+    (
+        [
+            "submit",
+            "conf/quickstart.yaml",
+            "--address",
+            "http://h:8265",
+            "--out",
+            "/o",
+            "--env",
+            "X",
+        ],
+        "--env",
+    ),
+    (
+        [
+            "submit",
+            "conf/quickstart.yaml",
+            "--address",
+            f"http://127.0.0.1:{free_port()}",
+            "--out",
+            "/o",
+        ],
+        "--address",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), BAD_INPUT)
+def test_bad_input_exits_2_naming_the_argument(tmp_path: Path, args: list[str], named: str) -> None:
+    env = {"PREFECT_HOME": str(tmp_path), "PREFECT_API_URL": ""}
+    out = crl_env(args, env)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], out.stderr
+
+
+def crl_env(args: list[str], extra: dict[str, str], timeout: int = 600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    return subprocess.run(
+        [sys.executable, "-m", "crl", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# --- Prefect: a real server on 127.0.0.1, a process work pool, a worker, `crl serve` ----------
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    folder = tmp_path_factory.mktemp("prefect")
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        "PREFECT_HOME": str(folder / "home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = folder / "server.log"
+    server = start(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+        log,
+    )
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for("prefect server", healthy, 180, server)
+        yield {"env": env, "api": api, "folder": folder, "log": log}
+    finally:
+        stop(server, sig=signal.SIGINT)
+
+
+def prefect(args: list[str], env: dict, timeout: int = 120) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [str(BIN / "prefect"), "--no-prompt", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, (args, out.stdout[-3000:], out.stderr[-3000:])
+    return out
+
+
+def deployment(api: str, full_name: str) -> dict | None:
+    reply = httpx.get(f"{api}/deployments/name/{full_name}", timeout=10)
+    return reply.json() if reply.status_code == 200 else None
+
+
+def flow_run_state(api: str, run_id: str) -> str:
+    return httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
+
+
+@pytest.mark.slow
+def test_deploy_to_process_pool_and_run_with_a_worker(prefect_server: dict, tmp_path: Path) -> None:
+    env, api = prefect_server["env"], prefect_server["api"]
+    config, runs = write_tiny(tmp_path), tmp_path / "runs"
+    prefect(["work-pool", "create", "crl-test", "--type", "process"], env)
+    deployed = crl_env(
+        [
+            "deploy",
+            "bound_grid",
+            "--config",
+            str(config),
+            "--name",
+            "tiny",
+            "--pool",
+            "crl-test",
+            "--cron",
+            "0 3 1 1 *",
+            "--timezone",
+            "Europe/Paris",
+            "--out",
+            str(runs),
+        ],
+        env,
+    )
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    assert "bound_grid/tiny" in deployed.stdout
+    record = deployment(api, "bound_grid/tiny")
+    assert record is not None and record["work_pool_name"] == "crl-test"
+    assert record["parameters"]["config_path"] == str(config)
+    assert record["parameters"]["out"] == str(runs)
+    [schedule] = record["schedules"]
+    assert schedule["schedule"]["cron"] == "0 3 1 1 *"
+    assert schedule["schedule"]["timezone"] == "Europe/Paris"
+    assert record["pull_steps"][0]["prefect.deployments.steps.set_working_directory"] == {
+        "directory": str(REPO)
+    }
+
+    triggered = prefect(["deployment", "run", "bound_grid/tiny"], env)
+    run_id = UUID.search(triggered.stdout).group(0)
+    worker = subprocess.run(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "crl-test", "--run-once"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
+    assert flow_run_state(api, run_id) == "COMPLETED", worker.stdout[-3000:]
+    cells = cells_of(runs)
+    assert cells.height == 2 and sorted(cells["n"]) == [20, 40]
+
+
+@pytest.mark.slow
+def test_serve_runs_a_triggered_flow_run(prefect_server: dict, tmp_path: Path) -> None:
+    env, api = prefect_server["env"], prefect_server["api"]
+    config, runs = write_tiny(tmp_path), tmp_path / "runs"
+    served = start(
+        [
+            sys.executable,
+            "-m",
+            "crl",
+            "serve",
+            "bound_grid",
+            "--config",
+            str(config),
+            "--name",
+            "tiny-served",
+            "--cron",
+            "0 3 1 1 *",
+            "--out",
+            str(runs),
+        ],
+        env,
+        tmp_path / "serve.log",
+    )
+    try:
+        wait_for(
+            "crl serve", lambda: deployment(api, "bound_grid/tiny-served") is not None, 120, served
+        )
+        triggered = prefect(["deployment", "run", "bound_grid/tiny-served"], env)
+        run_id = UUID.search(triggered.stdout).group(0)
+        wait_for(
+            "served flow run",
+            lambda: flow_run_state(api, run_id) in {"COMPLETED", "FAILED", "CRASHED"},
+            420,
+            served,
+        )
+        assert flow_run_state(api, run_id) == "COMPLETED", (tmp_path / "serve.log").read_text()
+        assert cells_of(runs).height == 2
+    finally:
+        stop(served, sig=signal.SIGINT)
+
+
+@pytest.mark.slow
+def test_prefect_yaml_registers_with_prefect_deploy(prefect_server: dict) -> None:
+    env, api = prefect_server["env"], prefect_server["api"]
+    spec = yaml.safe_load((REPO / "infra" / "prefect" / "prefect.yaml").read_text())
+    names = {d["name"]: d for d in spec["deployments"]}
+    assert {d["entrypoint"] for d in spec["deployments"]} == set(deploy.FLOW_ENTRYPOINTS.values())
+    pool = names["quickstart"]["work_pool"]["name"]
+    prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
+    prefect(["deploy", "--prefect-file", "infra/prefect/prefect.yaml", "--all"], env)
+    record = deployment(api, "bound_grid/quickstart")
+    assert record is not None and record["parameters"]["config_path"] == "conf/quickstart.yaml"
+    assert record["schedules"][0]["schedule"]["cron"] == names["quickstart"]["schedules"][0]["cron"]
+    weekly = deployment(api, "theorem_checks/weekly")
+    assert weekly is not None and weekly["parameters"]["config_path"] == "conf/checks.yaml"
+
+
+@pytest.mark.slow
+def test_deploy_theorem_checks(prefect_server: dict) -> None:
+    env, api = prefect_server["env"], prefect_server["api"]
+    prefect(["work-pool", "create", "crl-checks", "--type", "process"], env)
+    args = ["deploy", "theorem_checks", "--config", "conf/checks.yaml", "--pool", "crl-checks"]
+    deployed = crl_env([*args, "--instances", "5", "--cron", "0 4 * * 0", "--paused"], env)
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    record = deployment(api, "theorem_checks/checks")
+    assert record is not None and record["paused"]
+    assert record["parameters"] == {
+        "config_path": "conf/checks.yaml",
+        "out": "runs",
+        "instances": 5,
+        "ray_address": None,
+        "progress": False,
+        "overrides": [],
+    }
+    missing = crl_env([*args[:-2], "--pool", "absent"], env)
+    assert missing.returncode == 2 and "prefect work-pool create absent" in missing.stderr
+
+
+# --- Ray: a two-node cluster on 127.0.0.1 with token auth, `crl submit --wait` ----------------
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[dict]:
+    temp = Path(tempfile.mkdtemp(prefix="crlray", dir="/tmp"))  # short: Ray's socket paths
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    env.pop("RAY_ADDRESS", None)
+    gcs, dashboard = free_port(), free_port()
+    common = [
+        "--block",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(200 * 1024 * 1024),
+        "--disable-usage-stats",
+    ]
+    nodes = []
+    try:
+        head_log = temp / "head.log"
+        nodes.append(
+            start(
+                [
+                    str(BIN / "ray"),
+                    "start",
+                    "--head",
+                    "--port",
+                    str(gcs),
+                    "--dashboard-host",
+                    "127.0.0.1",
+                    "--dashboard-port",
+                    str(dashboard),
+                    "--ray-client-server-port",
+                    str(free_port()),
+                    "--dashboard-agent-listen-port",
+                    str(free_port()),
+                    "--temp-dir",
+                    str(temp / "head"),
+                    *common,
+                ],
+                env,
+                head_log,
+            )
+        )
+        wait_for("ray head", lambda: "Ray runtime started" in head_log.read_text(), 120, nodes[0])
+        worker_log = temp / "worker.log"
+        nodes.append(
+            start(
+                [
+                    str(BIN / "ray"),
+                    "start",
+                    "--address",
+                    f"127.0.0.1:{gcs}",
+                    "--dashboard-agent-listen-port",
+                    str(free_port()),
+                    "--temp-dir",
+                    str(temp / "worker"),
+                    *common,
+                ],
+                env,
+                worker_log,
+            )
+        )
+        wait_for(
+            "ray worker node",
+            lambda: "Ray runtime started" in worker_log.read_text(),
+            120,
+            nodes[1],
+        )
+        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "token": token, "temp": temp}
+    finally:
+        stop(*nodes, grace=5)  # `ray start --block` outlives SIGTERM; its children do not
+        kill_marked(str(temp))
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def alive_nodes(cluster: dict) -> int:
+    reply = httpx.get(
+        f"{cluster['address']}/nodes?view=summary",
+        headers={"Authorization": f"Bearer {cluster['token']}"},
+        timeout=10,
+    )
+    reply.raise_for_status()
+    summary = reply.json()["data"]["summary"]
+    return sum(1 for node in summary if node["raylet"]["state"] == "ALIVE")
+
+
+@pytest.mark.slow
+def test_submit_to_a_two_node_cluster(ray_cluster: dict, tmp_path: Path) -> None:
+    wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
+    config, runs = write_tiny(tmp_path), tmp_path / "runs"
+    args = ["submit", str(config), "--address", ray_cluster["address"], "--out", str(runs)]
+
+    no_token = crl_env(args, {"RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN": ""})
+    assert no_token.returncode == 2 and "RAY_AUTH_MODE=token" in no_token.stderr, no_token.stderr
+
+    done = crl_env([*args, "--wait"], ray_cluster["env"], timeout=480)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    assert "SUCCEEDED" in done.stdout and "crl: 2 cells" in done.stdout
+    cells = cells_of(runs)
+    assert cells.height == 2 and sorted(cells["n"]) == [20, 40]

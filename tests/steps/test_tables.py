@@ -1,0 +1,220 @@
+"""crl.steps.tables: cells -> cells, summary and fits tables, on hand-made cells."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats as scipy_stats
+
+from crl.core.provenance import PROVENANCE_COLUMNS
+from crl.kernels import rates
+from crl.steps import tables
+from crl.steps.tables import FITS_SCHEMA, KEYS, ORDER, SUMMARISED
+from tests.steps.tables_data import AUC_A, PROVENANCE, cell_rows, gap_a, write_cells
+
+
+@pytest.fixture(scope="module")
+def cell_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    paths = write_cells(tmp_path_factory.mktemp("cells") / "cells", cell_rows())
+    random.Random(0).shuffle(paths)  # the stage globs files in any order
+    return paths
+
+
+@pytest.fixture(scope="module")
+def cells(cell_files: list[Path]) -> pl.DataFrame:
+    return tables.collect_cells(cell_files, PROVENANCE)
+
+
+@pytest.fixture(scope="module")
+def summary(cells: pl.DataFrame) -> pl.DataFrame:
+    return tables.summarise(cells)
+
+
+def _group(rows: list[dict], regime: str, loss: str, m: int, n: int) -> list[dict]:
+    return [r for r in rows if (r["regime"], r["loss"], r["m"], r["n"]) == (regime, loss, m, n)]
+
+
+def test_with_provenance_puts_the_columns_first() -> None:
+    frame = tables.with_provenance(pl.DataFrame({"b": [1, 2], "a": ["x", "y"]}), PROVENANCE)
+    assert frame.columns == [*PROVENANCE_COLUMNS, "b", "a"]
+    assert frame.row(1) == (*PROVENANCE.values(), 2, "y")
+
+
+def test_collect_cells_puts_provenance_first_and_sorts_by_key(
+    cells: pl.DataFrame, cell_files: list[Path]
+) -> None:
+    assert cells.columns[:6] == [*PROVENANCE_COLUMNS, "cell_id", "dataset"]
+    assert cells.height == len(cell_files) == len(cell_rows())
+    assert set(cells.columns) == {*PROVENANCE_COLUMNS, *cell_rows()[0]}
+    keys = cells.select(ORDER).rows()
+    assert keys == sorted(keys)
+    assert cells["run_id"].to_list() == [PROVENANCE["run_id"]] * cells.height
+    assert cells.schema["bound_gamma"] == pl.Float64  # null in most files, float in some
+    by_id = {r["cell_id"]: r for r in cell_rows()}
+    for record in cells.iter_rows(named=True):
+        assert {k: record[k] for k in by_id[record["cell_id"]]} == by_id[record["cell_id"]]
+
+
+def test_collect_cells_without_files() -> None:
+    with pytest.raises(ValueError, match="no cell files"):
+        tables.collect_cells([], PROVENANCE)
+
+
+def test_summarise_mean_std_and_seed_ci(summary: pl.DataFrame) -> None:
+    rows = cell_rows()
+    assert summary.select(KEYS).rows() == sorted(summary.select(KEYS).rows())
+    assert summary.height == 6 + 2 + 2
+    assert summary.columns[:4] == list(PROVENANCE_COLUMNS)
+    for record in summary.iter_rows(named=True):
+        group = _group(rows, record["regime"], record["loss"], record["m"], record["n"])
+        k = len(group)
+        assert record["seeds"] == k
+        for column in SUMMARISED:
+            values = [r[column] for r in group]
+            if values[0] is None:
+                assert record[f"{column}_mean"] is None and record[f"{column}_std"] is None
+                continue
+            values = np.array(values, dtype=np.float64)
+            assert record[f"{column}_mean"] == pytest.approx(values.mean(), rel=1e-12)
+            if k == 1:
+                assert record[f"{column}_std"] is None
+                assert record[f"{column}_seed_ci"] is None  # null with one seed
+                continue
+            std = values.std(ddof=1)
+            half = scipy_stats.t.ppf(0.975, k - 1) * std / math.sqrt(k)
+            assert record[f"{column}_std"] == pytest.approx(std, rel=1e-9, abs=1e-15)
+            assert record[f"{column}_seed_ci"] == pytest.approx(half, rel=1e-9, abs=1e-15)
+        assert record["tau"] == 1 / 3
+        ci = np.mean([r["test_loss_ci"] for r in group])
+        assert record["test_loss_ci_mean"] == pytest.approx(ci)
+
+
+def test_summarise_exact_values_of_one_group(summary: pl.DataFrame) -> None:
+    record = summary.filter(
+        (pl.col("regime") == "scrl") & (pl.col("m") == 4) & (pl.col("n") == 200)
+    ).row(0, named=True)
+    gaps = np.array([gap_a(4, 200) - 0.01, gap_a(4, 200), gap_a(4, 200) + 0.01])
+    assert record["gap_mean"] == pytest.approx(gap_a(4, 200), rel=1e-14)
+    assert record["gap_std"] == pytest.approx(0.01, rel=1e-9)
+    assert record["gap_seed_ci"] == pytest.approx(4.302652729911275 * 0.01 / math.sqrt(3))
+    assert record["gap_seed_ci"] == pytest.approx(
+        scipy_stats.t.ppf(0.975, 2) * gaps.std(ddof=1) / math.sqrt(3)
+    )
+    assert record["train_loss_mean"] == pytest.approx(1.1)
+    assert record["retrieval_auc_mean"] == pytest.approx(AUC_A[4, 200])
+    assert record["retrieval_auc_std"] == 0.0 and record["retrieval_auc_seed_ci"] == 0.0
+
+
+def test_summarise_fractions(summary: pl.DataFrame) -> None:
+    one = summary.filter(pl.col("regime") == "one_negative").sort("n")
+    assert one["bound_holds_fraction"].to_list() == [0.5, 1.0]
+    assert one["transfer_holds_fraction"].to_list() == [0.5, 1.0]
+    assert one["bound_gamma_mean"].to_list() == pytest.approx([0.55, 0.5])
+    scrl = summary.filter(pl.col("regime") == "scrl")
+    assert scrl["bound_holds_fraction"].null_count() == scrl.height  # undefined: null
+
+
+def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
+    """README, `tables/summary.parquet`: seeds, <col>_mean/_std/_seed_ci, the holds fractions,
+    tau, test_loss_ci_mean and rademacher_ci_mean."""
+    expected = {*PROVENANCE_COLUMNS, *KEYS, "seeds", "tau"}
+    expected |= {f"{c}_{s}" for c in SUMMARISED for s in ("mean", "std", "seed_ci")}
+    expected |= {"bound_holds_fraction", "transfer_holds_fraction"}
+    expected |= {"test_loss_ci_mean", "rademacher_ci_mean"}
+    assert sorted(expected - set(summary.columns)) == []
+    assert sorted(set(summary.columns) - expected) == []
+
+
+def test_fits_rows(summary: pl.DataFrame) -> None:
+    fitted = tables.fits(summary, "retrieval_auc")
+    assert dict(fitted.schema) == FITS_SCHEMA
+    assert fitted["run_id"].to_list() == [PROVENANCE["run_id"]] * fitted.height
+    kinds = fitted.select(["regime", "loss", "kind"]).rows()
+    assert kinds == [
+        *[("scrl", "hinge", "rate")] * 4,
+        ("scrl", "hinge", "power"),
+        ("scrl", "hinge", "m_star"),
+        ("scrl", "hinge", "m_star"),
+        ("scrl", "hinge", "m_star_exponent"),
+        ("sscrl", "lse", "m_star"),  # two points: no rate or power fit, one n: no exponent
+    ]  # one_negative: one m per n, nothing to fit
+
+    rate = fitted.filter(pl.col("kind") == "rate")
+    assert rate["shape"].to_list() == list(rates.RATE_SHAPES)
+    grid = [(m, n) for m in (1, 4, 16) for n in (50, 200)]
+    m = np.array([g[0] for g in grid], dtype=np.float64)
+    n = np.array([g[1] for g in grid], dtype=np.float64)
+    gap = np.array([gap_a(*g) for g in grid])
+    scrl = rate.row(0, named=True)
+    assert scrl["coef_c"] == pytest.approx(0.1, abs=1e-9)
+    assert scrl["coef_a"] == pytest.approx(0.5, abs=1e-9)
+    assert scrl["coef_b"] == pytest.approx(2.0, abs=1e-8)
+    assert scrl["r2"] == pytest.approx(1.0, abs=1e-12) and scrl["rmse"] < 1e-9
+    assert scrl["points"] == 6 and scrl["n"] is None and scrl["alpha"] is None
+    for record in rate.iter_rows(named=True):
+        expected = rates.fit_rate(record["shape"], m, n, gap)
+        assert record["r2"] == pytest.approx(expected.r2, rel=1e-9, abs=1e-12)
+        for name, value in expected.coefs.items():
+            assert record[f"coef_{name}"] == pytest.approx(value, rel=1e-9, abs=1e-9)
+        if "b" not in expected.coefs:
+            assert record["coef_b"] is None
+
+    power = fitted.filter(pl.col("kind") == "power").row(0, named=True)
+    assert power["shape"] == "c+a*m^-alpha+b*n^-beta" and power["points"] == 6
+    assert power["alpha"] == pytest.approx(1.0, abs=1e-4)
+    assert power["coef_a"] == pytest.approx(0.5, abs=1e-4)
+    assert power["r2"] == pytest.approx(1.0, abs=1e-9)
+
+    m_star = fitted.filter(pl.col("kind") == "m_star")
+    assert m_star.select(["regime", "shape", "n", "m_star"]).rows() == [
+        ("scrl", "retrieval_auc", 50, 4.0),
+        ("scrl", "retrieval_auc", 200, 16.0),
+        ("sscrl", "retrieval_auc", 50, 1.0),
+    ]
+    exponent = fitted.filter(pl.col("kind") == "m_star_exponent").row(0, named=True)
+    assert exponent["shape"] == "m*=c*n^e" and exponent["points"] == 2
+    assert exponent["exponent"] == pytest.approx(1.0)  # 4 -> 16 while n goes 50 -> 200
+    assert exponent["coef_c"] == pytest.approx(4 / 50)
+
+
+def test_fits_use_the_performance_metric(summary: pl.DataFrame) -> None:
+    fitted = tables.fits(summary, "linear_probe_accuracy")  # flat: the smallest m saturates
+    m_star = fitted.filter(pl.col("kind") == "m_star")
+    assert m_star["shape"].unique().to_list() == ["linear_probe_accuracy"]
+    assert m_star["m_star"].to_list() == [1.0, 1.0, 1.0]
+
+
+def test_fits_with_nothing_to_fit_is_empty_with_the_schema(summary: pl.DataFrame) -> None:
+    fitted = tables.fits(summary.filter(pl.col("regime") == "one_negative"), "retrieval_auc")
+    assert fitted.height == 0
+    assert dict(fitted.schema) == FITS_SCHEMA
+
+
+def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
+    out = tables.write_grid_tables(
+        cell_files, tmp_path / "tables", tmp_path / ".staging", PROVENANCE, "retrieval_auc"
+    )
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
+        "cells.parquet",
+        "fits.parquet",
+        "summary.parquet",
+    ]
+    assert list((tmp_path / ".staging").iterdir()) == []
+    for name, frame in out.items():
+        back = pl.read_parquet(tmp_path / "tables" / f"{name}.parquet")
+        assert back.equals(frame, null_equal=True)
+        assert back.columns[:4] == list(PROVENANCE_COLUMNS)
+    assert out["cells"].equals(tables.collect_cells(cell_files, PROVENANCE))
+    # the same cells give byte-identical tables (a resumed run equals an uninterrupted one)
+    again = tmp_path / "again"
+    tables.write_grid_tables(
+        list(reversed(cell_files)), again, tmp_path / ".staging", PROVENANCE, "retrieval_auc"
+    )
+    for name in ("cells", "summary", "fits"):
+        first = (tmp_path / "tables" / f"{name}.parquet").read_bytes()
+        assert (again / f"{name}.parquet").read_bytes() == first
