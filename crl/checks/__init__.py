@@ -68,6 +68,7 @@ from crl.checks import lemma51  # noqa: F401
 from crl.checks import coverage  # noqa: F401
 from crl.checks import li  # noqa: F401
 from crl.checks import dense_mi  # noqa: F401
+from crl.checks import certified_bounds  # noqa: F401
 # isort: on
 
 __all__ = [

@@ -64,8 +64,8 @@ def run(
         f"on {result['where']}"
     )
     typer.echo(
-        f"crl: Gamma_M held in {result['bounds_held']} of {result['bounds_checked']} "
-        "one-negative cells"
+        f"crl: certified bounds held in {result['bounds_held']} of {result['bounds_checked']} "
+        "(cell, bound) pairs"
     )
     if result["report"]:
         typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")

@@ -147,6 +147,7 @@ class EvalConfig(_Strict):
     negative_pool: int = Field(1024, ge=1)
     probe_points: int = Field(4000, ge=2)
     rademacher_draws: int = Field(64, ge=2)
+    pool_bootstrap: int = Field(200, ge=0)
     performance_metric: Literal[
         "retrieval_auc", "linear_probe_accuracy", "mean_classifier_accuracy"
     ] = "retrieval_auc"

@@ -26,7 +26,9 @@ __all__ = [
     "PowerFit",
     "RateFit",
     "critical_m",
+    "LogLogSlopes",
     "fit_exponent",
+    "fit_loglog_slopes",
     "fit_power",
     "fit_rate",
     "rate_basis",
@@ -244,3 +246,46 @@ def fit_exponent(n_values: object, m_star: object) -> tuple[float, float]:
         return math.nan, math.nan
     exponent, intercept = np.polyfit(log_n, log_m, 1)
     return float(math.exp(intercept)), float(exponent)
+
+
+@dataclass(frozen=True)
+class LogLogSlopes:
+    """log y = c + slope_m log m + slope_n log n by least squares (a slope is NaN when its
+    axis has a single value, and that column is left out of the fit)."""
+
+    coef_c: float
+    slope_m: float
+    slope_n: float
+    r2: float
+    n_points: int
+
+
+def fit_loglog_slopes(m: object, n: object, y: object) -> LogLogSlopes:
+    """Slopes of a positive quantity (a gap or a bound) in m and n on log-log axes.
+
+    Points with y <= 0 or non-finite y are left out. Shape: m, n, y (N,).
+    """
+    m_, n_ = _grid(m, n)
+    y_ = np.atleast_1d(np.asarray(y, dtype=np.float64))
+    if y_.shape != m_.shape:
+        raise ValueError(f"y has shape {y_.shape}: expected {m_.shape}")
+    keep = np.isfinite(y_) & (y_ > 0)
+    m_, n_, log_y = m_[keep], n_[keep], np.log(y_[keep])
+    columns, names = [np.ones_like(log_y)], ["c"]
+    for name, axis in (("m", m_), ("n", n_)):
+        if np.unique(axis).size > 1:
+            columns.append(np.log(axis))
+            names.append(name)
+    if log_y.size < len(columns) + 1:
+        return LogLogSlopes(math.nan, math.nan, math.nan, math.nan, int(log_y.size))
+    X = np.stack(columns, axis=1)
+    coef, *_ = np.linalg.lstsq(X, log_y, rcond=None)
+    fitted = dict(zip(names, coef, strict=True))
+    rss = float(np.sum((log_y - X @ coef) ** 2))
+    return LogLogSlopes(
+        float(fitted["c"]),
+        float(fitted.get("m", math.nan)),
+        float(fitted.get("n", math.nan)),
+        _r2(log_y, rss),
+        int(log_y.size),
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import polars as pl
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -73,7 +74,8 @@ def aggregate(
     out = tables.write_grid_tables(
         cell_files, paths.tables, paths.staging, prov, config.eval.performance_metric
     )
-    checked = out["cells"]["bound_holds"].drop_nulls().cast(int)
+    flags = [c for c in tables.BOUND_HOLDS if c in out["cells"].columns]
+    checked = pl.concat([out["cells"][c].drop_nulls().cast(pl.Int64) for c in flags])
     return checked.len(), int(checked.sum() or 0)
 
 

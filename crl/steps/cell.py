@@ -1,11 +1,13 @@
-"""One grid cell end to end: sample -> fit -> evaluate -> one row of the cells table.
+"""One grid cell end to end: sample -> fit -> evaluate -> bound -> one row of the cells table.
 
 `run_cell` is a function of (config, cell key, features, tau) and returns the row;
 `run_and_write` is the step the executor runs: it writes the row to cells/<cell_id>.parquet.
+Where the tuples come from is crl.steps.sampling; the bound columns are crl.steps.certify.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -14,10 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from crl.core.config import Config, objectives
-from crl.kernels import bounds, learner, losses, metrics, rademacher, stats
+from crl.core.config import Config, SyntheticData, objectives
+from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator, short_hash
+from crl.steps import certify, data, sampling
 from crl.steps.atomic import write_parquet_atomic
+from crl.steps.embed import build
 from crl.steps.features import Features
 
 
@@ -54,16 +58,35 @@ def _rademacher(
     seed: int,
     chunk: int = 65536,
 ) -> rademacher.SignEstimate:
-    """R_S(F) over every point of the training sample: anchors, positives, then negatives."""
+    """R_S(F) over every point of the training tuples: anchors, positives, then negatives.
+
+    Shared negatives count once per anchor (2n + nm rows, independent signs for every copy):
+    the quantity the contraction argument of the sscrl outer bound needs (BOUNDS.md Thm 4.1).
+    """
     acc = rademacher.LinearAccumulator(d=d, p=views.anchor.shape[1], draws=draws, seed=seed)
+    n = sample.anchors.shape[0]
+    negatives = sample.negatives.repeat(n) if sample.shared else sample.negatives.reshape(-1)
     for table, index in (
         (views.anchor, sample.anchors),
         (views.positive, sample.positives),
-        (views.negative, sample.negatives.reshape(-1)),
+        (views.negative, negatives),
     ):
         for start in range(0, index.shape[0], chunk):
             acc.update(table[index[start : start + chunk]])
     return acc.finish(radius)
+
+
+def population(
+    config: Config, features: Features
+) -> sampling.ModelPopulation | sampling.SplitPopulation:
+    """Fresh draws from the generative model for synthetic data, the splits otherwise."""
+    ds = config.dataset
+    if isinstance(ds, SyntheticData):
+        encoder = build(config.encoder, ds.dim)
+        return sampling.ModelPopulation(
+            data.synthetic_model(ds, config.seed), encoder, features.normalizer
+        )
+    return sampling.SplitPopulation(features.train, features.test)
 
 
 def run_cell(config: Config, key: CellKey, features: Features, tau: float | None) -> dict:
@@ -72,42 +95,51 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     cell_id = key.cell_id(config.hash())
     ev, model = config.eval, config.model
     gen = generator(config.seed, cell_id, "cell")
-    train_views, test_views = features.train.views(), features.test.views()
-    shared = key.regime == "sscrl"
-
-    sample = learner.draw(train_views, key.n, key.m, shared, gen)
+    source = population(config, features)
+    draw = source.train(key.n, key.m, key.regime == "sscrl", gen)
     spec = learner.FitSpec(model.d, model.R, model.steps, model.batch, model.lr)
-    weight = learner.fit(train_views, sample, spec, key.loss, ev.temperature, gen)
-    train_terms = learner.per_anchor_loss(weight, train_views, sample, key.loss, ev.temperature)
+    weight = learner.fit(draw.views, draw.sample, spec, key.loss, ev.temperature, gen)
+    train_terms = learner.per_anchor_loss(weight, draw.views, draw.sample, key.loss, ev.temperature)
     train_loss = float(train_terms.mean())
 
-    # Held-out: fresh anchors from the test split. LSE's population risk has the expectation over
-    # negatives inside the log, so it is estimated against a large shared pool of test negatives;
-    # the other losses are expectations of the m-negative loss, estimated with fresh m per anchor.
-    n_test = min(ev.test_anchors, test_views.anchor.shape[0])
-    test_sample = learner.draw(test_views, n_test, key.m, False, gen)
+    # Held-out: fresh anchors. LSE's population risk has the expectation over negatives inside
+    # the log, so it is estimated against a large shared pool of negatives; the other losses
+    # are expectations of the m-negative loss, estimated with fresh m negatives per anchor.
+    held = source.held_out(ev.test_anchors, key.m, ev.negative_pool, gen)
+    n_test = int(held.sample.anchors.shape[0])
+    lse = {"test_loss_pool_ci": None, "lse_inner_est": None, "test_loss_pool_bias_est": None}
     if key.loss == "lse":
-        pool = torch.randperm(test_views.anchor.shape[0], generator=gen)[: ev.negative_pool]
-        pool_sample = learner.Sample(test_sample.anchors, test_sample.positives, pool)
         test_terms = learner.per_anchor_loss(
-            weight, test_views, pool_sample, key.loss, ev.temperature
+            weight, held.pool_views, held.pool_sample, key.loss, ev.temperature
+        )
+        pos, pool = certify.pool_scores(weight, held.pool_views, held.pool_sample)
+        lse["test_loss_pool_ci"] = certify.pool_bootstrap_ci(
+            pos, pool, ev.temperature, ev.pool_bootstrap, gen
+        )
+        lse["lse_inner_est"] = certified.lse_inner_estimate(pool, key.m, ev.temperature)
+        lse["test_loss_pool_bias_est"] = certified.lse_inner_estimate(
+            pool, pool.shape[1], ev.temperature
         )
     else:
         test_terms = learner.per_anchor_loss(
-            weight, test_views, test_sample, key.loss, ev.temperature
+            weight, held.views, held.sample, key.loss, ev.temperature
         )
     test_loss = float(test_terms.mean())
     test_ci = float(stats.normal_half_width(test_terms.std(), n_test)) if n_test > 1 else math.nan
     gap = test_loss - train_loss
+    shared = _against_shared_negatives(
+        weight, draw, held, key, ev.temperature, train_loss, test_loss
+    )
 
     rad = _rademacher(
-        train_views,
-        sample,
+        draw.views,
+        draw.sample,
         model.d,
         model.R,
         ev.rademacher_draws,
         derive_seed(config.seed, cell_id, "rademacher"),
     )
+    n_rows = draw.sample.anchors.numel() * (2 + key.m)
     row = {
         "cell_id": cell_id,
         "regime": key.regime,
@@ -116,7 +148,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "n": key.n,
         "seed": key.seed,
         "d": model.d,
-        "p": int(train_views.anchor.shape[1]),
+        "p": int(draw.views.anchor.shape[1]),
         "R": model.R,
         "temperature": ev.temperature,
         "delta": ev.delta,
@@ -125,14 +157,32 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "test_loss_ci": test_ci,
         "test_anchors": n_test,
         "gap": gap,
+        **shared,
+        **lse,
         "rademacher": rad.value,
         "rademacher_ci": rad.ci,
         "sign_draws": rad.draws,
-        "rademacher_rows": int(sample.anchors.numel() * 2 + sample.negatives.numel()),
+        "rademacher_rows": int(n_rows),
     }
-    row.update(_saunshi(key, row, model.R, ev.delta, tau))
+    bounds_started = time.perf_counter()
     row.update(
-        _downstream(weight, features, test_views, test_sample, key.loss, ev.probe_points, gen)
+        certify.bound_columns(
+            draw,
+            key.regime,
+            key.loss,
+            key.m,
+            model.d,
+            model.R,
+            ev.temperature,
+            ev.delta,
+            gap,
+            shared["gap_outer"],
+        )
+    )
+    row["bounds_seconds"] = time.perf_counter() - bounds_started
+    row.update(_transfer(key, row, tau))
+    row.update(
+        _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)
     )
     if row["bound_transfer"] is not None:
         row["transfer_holds"] = bool(row["mean_classifier_risk"] <= row["bound_transfer"])
@@ -142,29 +192,37 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     return row
 
 
-def _saunshi(key: CellKey, row: dict, radius: float, delta: float, tau: float | None) -> dict:
-    """Gamma_M with both terms for one-negative hinge/logistic cells, and the transfer bound."""
-    empty = {
-        "bound_gamma": None,
-        "bound_gamma_rademacher_term": None,
-        "bound_gamma_concentration_term": None,
-        "bound_holds": None,
-        "bound_transfer": None,
-        "transfer_holds": None,
+def _against_shared_negatives(
+    weight: torch.Tensor,
+    draw: sampling.Draw,
+    held: sampling.HeldOut,
+    key: CellKey,
+    temperature: float,
+    train_loss: float,
+    test_loss: float,
+) -> dict:
+    """sscrl: the held-out anchors against the SAME shared training negatives (an estimate of
+    the conditional risk L_Y), so the outer and inner parts of the gap appear separately:
+    gap = gap_outer + gap_inner."""
+    if not draw.sample.shared:
+        return {"test_loss_shared": None, "gap_outer": None, "gap_inner": None}
+    views = dataclasses.replace(held.views, negative=draw.views.negative)
+    sample = learner.Sample(held.sample.anchors, held.sample.positives, draw.sample.negatives)
+    loss_y = float(learner.per_anchor_loss(weight, views, sample, key.loss, temperature).mean())
+    return {
+        "test_loss_shared": loss_y,
+        "gap_outer": loss_y - train_loss,
+        "gap_inner": test_loss - loss_y,
     }
-    if key.regime != "one_negative" or key.m != 1 or key.loss not in losses.BINARY_LOSSES:
-        return empty
-    gamma = bounds.saunshi_gamma(row["rademacher"], key.n, radius, delta, key.loss)
-    out = dict(empty)
-    out.update(
-        bound_gamma=gamma.value,
-        bound_gamma_rademacher_term=gamma.rademacher_term,
-        bound_gamma_concentration_term=gamma.concentration_term,
-        bound_holds=bool(abs(row["gap"]) <= gamma.value),
-    )
-    if tau is not None and tau < 1:
-        # Saunshi Thm 4.1: L_sup^mu <= (L_un - tau)/(1 - tau) <= (Lhat_un + Gamma - tau)/(1 - tau)
-        out["bound_transfer"] = bounds.transfer(row["train_loss"] + gamma.value, tau)
+
+
+def _transfer(key: CellKey, row: dict, tau: float | None) -> dict:
+    """Saunshi Thm 4.1 form for one-negative hinge/logistic cells with m = 1, with the
+    certified gamma_m: L_sup^mu <= (L_un - tau)/(1 - tau) <= (Lhat_un + gamma_m - tau)/(1 - tau)."""
+    out = {"bound_transfer": None, "transfer_holds": None}
+    one_negative = key.regime == "one_negative" and key.m == 1
+    if one_negative and key.loss in losses.BINARY_LOSSES and tau is not None and tau < 1:
+        out["bound_transfer"] = bounds.transfer(row["train_loss"] + row["gamma_m"], tau)
     return out
 
 

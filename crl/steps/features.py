@@ -1,4 +1,10 @@
-"""A run's features read back for the cells: both splits, normalised so every ||row|| <= 1."""
+"""A run's features read back for the cells: both splits, normalised so every ||row|| <= 1.
+
+The normalisation is phi(x) = (x - mean) / max(scale, ||x - mean||) (times 1 - 1e-6): centred on
+the train mean, scaled by the largest norm on the two splits, and clipped radially, so that
+||phi(x)|| <= 1 holds for every x (BOUNDS.md (A1)), not only for the rows of the splits, where
+the clip changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,28 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(np.asarray(array))
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """x -> (x - mean) / max(scale, ||x - mean||) / (1 + 1e-6). Shape: mean (p,)."""
+
+    mean: np.ndarray
+    scale: float
+
+    def array(self, x: np.ndarray) -> np.ndarray:
+        """Shape: x (N, p) float32 -> (N, p) float32, C-contiguous."""
+        centred = x - self.mean
+        norms = np.linalg.norm(centred, axis=1, keepdims=True)
+        denominator = np.maximum(np.float32(self.scale * (1 + 1e-6)), norms * np.float32(1 + 1e-6))
+        return np.ascontiguousarray(centred / denominator)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Shape: x (N, p) -> (N, p) float32."""
+        centred = x.to(torch.float32) - torch.from_numpy(self.mean)
+        norms = centred.norm(dim=1, keepdim=True)
+        scale = torch.tensor(self.scale * (1 + 1e-6), dtype=torch.float32)
+        return centred / torch.maximum(scale, norms * (1 + 1e-6))
 
 
 @dataclass(frozen=True)
@@ -53,10 +81,11 @@ class SplitArrays:
 
 @dataclass(frozen=True)
 class Features:
-    """Both splits of a run's features."""
+    """Both splits of a run's features and the normalisation that produced them."""
 
     train: SplitArrays
     test: SplitArrays
+    normalizer: Normalizer
 
 
 def load_features(features_dir: Path) -> Features:
@@ -66,15 +95,15 @@ def load_features(features_dir: Path) -> Features:
     mean = tr.x.mean(axis=0, dtype=np.float64).astype(np.float32)
     tables = [t for t in (tr.x, te.x, tr.view_a, tr.view_b, te.view_a, te.view_b) if t is not None]
     scale = max(float(np.linalg.norm(t - mean, axis=1).max()) for t in tables) or 1.0
+    normalizer = Normalizer(mean, scale)
 
     def norm(t: np.ndarray | None) -> np.ndarray | None:
-        if t is None:
-            return None
-        return np.ascontiguousarray((t - mean) / np.float32(scale * (1 + 1e-6)))
+        return None if t is None else normalizer.array(t)
 
     return Features(
         SplitArrays(norm(tr.x), tr.labels, norm(tr.view_a), norm(tr.view_b)),
         SplitArrays(norm(te.x), te.labels, norm(te.view_a), norm(te.view_b)),
+        normalizer,
     )
 
 

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
@@ -40,56 +41,93 @@ def _save(fig: plt.Figure, path: Path, staging: Path) -> None:
     write_bytes_atomic(png.getvalue(), path, staging)
 
 
+def _log_axes(ax, x_label: str, y_label: str, title: str) -> None:
+    """Log axes, or a note when the panel has no positive value to show (e.g. no bound)."""
+    data = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    ys = [y for line in data for y in line.get_ydata() if y is not None and y == y and y > 0]
+    ax.set(xlabel=x_label, ylabel=y_label, title=title)
+    if not ys:
+        ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
+        return
+    ax.set(xscale="log", yscale="log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=6)
+
+
+BOUND_STYLES = (("gamma_S", "--"), ("gamma_m", ":"), ("sscrl_total", "-."))
+
+
+def _bounds_of(line: pl.DataFrame) -> list[tuple[str, str, list]]:
+    """The bound curves a panel shows: gamma_S and gamma_m (outer for sscrl); the sscrl total;
+    LSE in scrl adds its inner bound to gamma_S (the upper side of Cor. 3.6)."""
+    curves = []
+    for column, style in BOUND_STYLES:
+        values = line[f"{column}_mean"]
+        if values.null_count() == len(values):
+            continue
+        if column == "gamma_S" and line["lse_inner_bound_mean"].null_count() < len(values):
+            values = values + line["lse_inner_bound_mean"].fill_null(0)
+            column = "gamma_S + LSE inner"
+        curves.append((column, style, values.fill_null(float("nan")).to_list()))
+    return curves
+
+
+def _gap_panel(ax, line: pl.DataFrame, axis: str, label: str) -> None:
+    """|gap| with its seed CI and the certified bounds of one line, on log axes."""
+    shown = ax.errorbar(
+        line[axis].to_list(),
+        line["gap_mean"].abs().to_list(),
+        yerr=line["gap_seed_ci"].fill_nan(0).fill_null(0).to_list(),
+        marker="o",
+        capsize=2,
+        label=f"|gap| {label}",
+    )
+    for name, style, values in _bounds_of(line):
+        ax.plot(
+            line[axis].to_list(),
+            values,
+            ls=style,
+            color=shown[0].get_color(),
+            label=f"{name} {label}",
+        )
+
+
 def plot_gap_vs_n(summary: pl.DataFrame, path: Path, staging: Path) -> None:
-    """Gap (and Gamma_M where defined) against n, one line per m, log axes."""
+    """|gap| and the certified bounds against n, one colour per m, on one log axis."""
     objs = _objectives(summary)
     fig, axes = _panels(len(objs))
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
         for (m,), line in sub.sort("n").group_by(["m"], maintain_order=True):
-            n = line["n"].to_list()
-            gap = line["gap_mean"].abs().to_list()
-            shown = ax.errorbar(
-                n,
-                gap,
-                yerr=line["gap_seed_ci"].fill_nan(0).fill_null(0).to_list(),
-                marker="o",
-                capsize=2,
-                label=f"|gap| m={m}",
-            )
-            bound = line["bound_gamma_mean"]
-            if bound.null_count() < len(bound):
-                ax.plot(
-                    n, bound.to_list(), ls="--", color=shown[0].get_color(), label=f"Gamma_M m={m}"
-                )
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="n (anchors)",
-            ylabel="|test - train|",
-            title=f"{regime} / {loss}",
-        )
-        ax.legend(fontsize=7)
+            _gap_panel(ax, line, "n", f"m={m}")
+        _log_axes(ax, "n (anchors)", "|gap| and bounds", f"{regime} / {loss}")
     _save(fig, path, staging)
 
 
 def plot_gap_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> None:
+    """|gap| and the certified bounds against m, one colour per n, on one log axis."""
     objs = _objectives(summary)
     fig, axes = _panels(len(objs))
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
         for (n,), line in sub.sort("m").group_by(["n"], maintain_order=True):
-            ax.errorbar(
-                line["m"].to_list(),
-                line["gap_mean"].to_list(),
-                yerr=line["gap_seed_ci"].fill_nan(0).fill_null(0).to_list(),
-                marker="o",
-                capsize=2,
-                label=f"n={n}",
-            )
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.set(xscale="log", xlabel="m (negatives)", ylabel="gap", title=f"{regime} / {loss}")
-        ax.legend(fontsize=7)
+            _gap_panel(ax, line, "m", f"n={n}")
+        _log_axes(ax, "m (negatives)", "|gap| and bounds", f"{regime} / {loss}")
+    _save(fig, path, staging)
+
+
+def plot_tightness(summary: pl.DataFrame, path: Path, staging: Path) -> None:
+    """best certified bound / |gap| against n, one line per m (1 would be a tight bound)."""
+    objs = _objectives(summary)
+    fig, axes = _panels(len(objs))
+    for ax, (regime, loss) in zip(axes, objs, strict=False):
+        sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
+        for (m,), line in sub.sort("n").group_by(["m"], maintain_order=True):
+            ratio = (line["best_bound_mean"] / line["gap_mean"].abs()).fill_null(float("nan"))
+            ax.plot(line["n"].to_list(), ratio.to_list(), marker="o", label=f"m={m}")
+        _log_axes(ax, "n (anchors)", "best bound / |gap|", f"{regime} / {loss}")
+        if ax.get_yscale() == "log":
+            ax.axhline(1, color="grey", lw=0.5)
     _save(fig, path, staging)
 
 
@@ -170,8 +208,9 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plot_gap_vs_n(summary, out / "gap_vs_n.png", staging)
     plot_gap_vs_m(summary, out / "gap_vs_m.png", staging)
+    plot_tightness(summary, out / "tightness.png", staging)
     plot_downstream_vs_m(summary, out / "downstream_vs_m.png", staging)
-    images = ["gap_vs_n.png", "gap_vs_m.png", "downstream_vs_m.png"]
+    images = ["gap_vs_n.png", "gap_vs_m.png", "tightness.png", "downstream_vs_m.png"]
     if plot_m_star(fits, out / "m_star.png", staging):
         images.append("m_star.png")
     prov = summary.row(0, named=True)
@@ -186,19 +225,24 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
             "test_loss_mean",
             "gap_mean",
             "gap_seed_ci",
-            "bound_gamma_mean",
-            "bound_holds_fraction",
+            "gamma_m_mean",
+            "gamma_S_mean",
+            "gamma_E_mean",
+            "best_bound_mean",
+            "gamma_S_holds_fraction",
+            "certified_fraction",
             "retrieval_auc_mean",
             "linear_probe_accuracy_mean",
             "tau",
         ]
     )
-    fit_view = fits.filter(pl.col("kind").is_in(["rate", "power", "m_star_exponent"])).drop(
-        PROVENANCE_COLUMNS
-    )
+    fit_view = fits.filter(
+        pl.col("kind").is_in(["slopes", "rate", "power", "m_star_exponent"])
+    ).drop(PROVENANCE_COLUMNS)
     body = f"""{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
-<h2>Gap against bound (means over seeds)</h2>{_html_table(headline)}
-<h2>Rate-shape fits</h2>{_html_table(fit_view)}"""
+<h2>Gap against the certified bounds (means over seeds)</h2>{_html_table(headline)}
+<h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>
+{_html_table(fit_view)}"""
     write_bytes_atomic(_page(f"crl run {prov['run_id']}", prov, body), out / "index.html", staging)
     return out / "index.html"
 

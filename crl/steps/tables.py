@@ -5,6 +5,7 @@ Every table carries the provenance columns (run_id, config_hash, crl_version, gi
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +21,37 @@ SUMMARISED = [
     "train_loss",
     "test_loss",
     "gap",
+    "test_loss_shared",
+    "gap_outer",
+    "gap_inner",
     "rademacher",
-    "bound_gamma",
-    "bound_gamma_rademacher_term",
-    "bound_gamma_concentration_term",
+    "gamma_m",
+    "gamma_m_complexity_term",
+    "gamma_m_concentration_term",
+    "gamma_S",
+    "gamma_S_complexity_term",
+    "gamma_S_concentration_term",
+    "gamma_E",
+    "gamma_E_complexity_term",
+    "gamma_E_concentration_term",
+    "lse_inner_bound",
+    "sscrl_inner",
+    "sscrl_total",
+    "best_bound",
+    "bound_over_gap",
+    "lse_inner_est",
     "bound_transfer",
     "mean_classifier_risk",
     "mean_classifier_accuracy",
     "top1_accuracy",
     "linear_probe_accuracy",
     "retrieval_auc",
+    "bounds_seconds",
     "wall_seconds",
 ]
+BOUND_HOLDS = ["gamma_m_holds", "gamma_S_holds", "gamma_E_holds", "sscrl_total_holds"]
+HOLDS = [*BOUND_HOLDS, "transfer_holds", "certified"]
+SLOPE_QUANTITIES = ["gap", "gamma_m", "gamma_S", "gamma_E", "best_bound"]
 FITS_SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
     "dataset": pl.String,
@@ -47,6 +67,8 @@ FITS_SCHEMA = {
     "beta": pl.Float64,
     "exponent": pl.Float64,
     "m_star": pl.Float64,
+    "slope_m": pl.Float64,
+    "slope_n": pl.Float64,
     "r2": pl.Float64,
     "rmse": pl.Float64,
     "points": pl.Int64,
@@ -77,11 +99,12 @@ def summarise(cells: pl.DataFrame) -> pl.DataFrame:
             pl.col(col).cast(pl.Float64).std().alias(f"{col}_std"),
         ]
     aggs += [
-        pl.col("bound_holds").cast(pl.Float64).mean().alias("bound_holds_fraction"),
-        pl.col("transfer_holds").cast(pl.Float64).mean().alias("transfer_holds_fraction"),
+        *(pl.col(h).cast(pl.Float64).mean().alias(f"{h}_fraction") for h in HOLDS),
+        pl.col("sampling").first().alias("sampling"),
         pl.col("tau").first().alias("tau"),
         pl.col("test_loss_ci").mean().alias("test_loss_ci_mean"),
         pl.col("rademacher_ci").mean().alias("rademacher_ci_mean"),
+        pl.col("test_loss_pool_ci").cast(pl.Float64).mean().alias("test_loss_pool_ci_mean"),
     ]
     out = cells.group_by([*PROVENANCE_COLUMNS, *KEYS], maintain_order=True).agg(aggs).sort(KEYS)
     t = pl.col("seeds").map_elements(
@@ -100,6 +123,20 @@ def _fit_rows(group: pl.DataFrame, performance: str) -> list[dict]:
     n = group["n"].to_numpy().astype(np.float64)
     gap = group["gap_mean"].to_numpy().astype(np.float64)
     rows: list[dict] = []
+    for quantity in SLOPE_QUANTITIES:  # the shape in m and n of the gap and of each bound
+        slopes = rates.fit_loglog_slopes(m, n, group[f"{quantity}_mean"].abs().to_numpy())
+        if math.isfinite(slopes.coef_c):  # enough points for the axes that vary
+            rows.append(
+                {
+                    "kind": "slopes",
+                    "shape": quantity,
+                    "coef_c": slopes.coef_c,
+                    "slope_m": slopes.slope_m,
+                    "slope_n": slopes.slope_n,
+                    "r2": slopes.r2,
+                    "points": slopes.n_points,
+                }
+            )
     for shape in rates.RATE_SHAPES:
         if len(gap) < 3:
             break

@@ -35,7 +35,8 @@ def test_registry_and_default_counts() -> None:
     expected = {"S1_convex": 64, "S1_monotone": 64, "S1_lipschitz": 64, "S1_value_at_zero": 1,
                 "S1_oscillation": 64, "S2_contraction": 400, "S3_lemma43": 80,
                 "S4_decomposition": 80, "S5_collision": 80, "S6_lemma51": 200, "S7_coverage": 54,
-                "LI_fisher_consistency": 30, "LI_calibration": 60, "DENSE_mi_bound": 60}
+                "LI_fisher_consistency": 30, "LI_calibration": 60, "DENSE_mi_bound": 60,
+                "BOUNDS_gamma_S_coverage": 24, "BOUNDS_lse_inner": 30}
     # one decorator fills both dicts, in THEORY.md order
     assert list(checks.STATEMENTS) == list(expected)
     assert list(checks.DEFAULT_INSTANCES.items()) == list(expected.items())
@@ -124,6 +125,20 @@ def test_zero_collision_constant_fails_where_collisions_cost() -> None:
 def test_tiny_gamma_scale_fails_coverage() -> None:
     rows = checks.run_instance("S7_coverage", 0, 0, checks.Constants(gamma_scale=0.01))
     assert any(not row["holds"] for row in rows)
+    # gamma_S is ~100x the sup-deviation: a scale of 0.003 takes it below
+    rows = checks.run_instance("BOUNDS_gamma_S_coverage", 0, 0, checks.Constants(gamma_scale=0.003))
+    assert not rows[0]["holds"] and rows[0]["rhs"] < 0.9
+
+
+def test_lse_inner_bound_check_is_tight_enough_to_fail_when_wrong() -> None:
+    """The exact inner error of a law with few hard negatives, against half the bound."""
+    from crl.kernels import certified
+
+    rows = [checks.run_instance("BOUNDS_lse_inner", 0, i)[1] for i in range(30)]
+    assert all(r["holds"] for r in rows)
+    ratios = [r["lhs"] / r["rhs"] for r in rows]
+    assert max(ratios) < 1.0
+    assert certified.lse_inner_bound(1, 1.0, 1.0) == pytest.approx(min(2.0, (math.e - 1) ** 2 / 2))
 
 
 def test_wilson_upper_matches_scipy() -> None:

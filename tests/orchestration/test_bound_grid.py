@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from crl import bounds
 from crl.core import config
 from crl.steps import data
 from crl.steps.cell import grid_keys
@@ -75,21 +74,36 @@ def test_every_cell_present_once(tiny_run: dict) -> None:
     assert len(list((tiny_run["dir"] / "cells").glob("*.parquet"))) == len(keys)
 
 
-def test_gap_and_bound_recomputed_from_columns(tiny_run: dict) -> None:
+def test_bounds_recomputed_from_the_table_alone_and_every_one_holds(tiny_run: dict) -> None:
+    """BOUNDS.md's formulas, written here from the table's own ingredient columns."""
     cells = pl.read_parquet(tiny_run["dir"] / "tables" / "cells.parquet")
+    assert cells["certified"].all() and (cells["sampling"] == "fresh_from_model").all()
     for row in cells.iter_rows(named=True):
         assert row["gap"] == row["test_loss"] - row["train_loss"]
-        one_negative = row["regime"] == "one_negative" and row["m"] == 1
-        assert (row["bound_gamma"] is not None) == one_negative
-        if not one_negative:
-            continue
-        n, R, delta = row["n"], row["R"], row["delta"]
-        rad_term = 2 * math.sqrt(18) * bounds.L0 * R * row["rademacher"] / n
-        conc = 3 * bounds.oscillation(row["loss"], R) * math.sqrt(math.log(4 / delta) / (2 * n))
-        assert row["bound_gamma_rademacher_term"] == pytest.approx(rad_term, rel=1e-12)
-        assert row["bound_gamma_concentration_term"] == pytest.approx(conc, rel=1e-12)
-        assert row["bound_gamma"] == pytest.approx(rad_term + conc, rel=1e-12)
-        assert row["bound_holds"] == (abs(row["gap"]) <= row["bound_gamma"])
+        n, m, d, p, R = row["n"], row["m"], row["d"], row["p"], row["R"]
+        level, L, w = row["bound_delta"], row["loss_lipschitz"], row["loss_omega"]
+        B = row["loss_range"]
+        assert level == (row["delta"] / 2 if row["regime"] == "sscrl" else row["delta"])
+        s_form = 3 * B * math.sqrt(math.log(4 / level) / (2 * n))
+        seed_term = 2 * math.sqrt(18) * row["loss_lipschitz_seed"] * R * R * math.sqrt(
+            d * row["S2"]) / n
+        assert row["gamma_m"] == pytest.approx(seed_term + s_form, rel=1e-9)
+        l2p = math.log(2 * p)
+        routes = [
+            2 * math.sqrt(3) * math.sqrt(6) * L * R * R * math.sqrt(d * row["S2"]) / n,
+            2 * math.sqrt(3) * R * R * math.sqrt(d)
+            * (L * math.sqrt(5 * row["S_pairs"]) + math.sqrt(w * row["S_neg"])) / n,
+            2 * (1 if m == 1 else math.sqrt(2)) * L * R * R * math.sqrt(2 * l2p * row["v_A"]) / n,
+            2 * math.sqrt(2) * R * R * math.sqrt(2 * l2p)
+            * (L * math.sqrt(row["v_0"]) + math.sqrt(w * row["v_N"])) / n,
+        ]
+        assert row["gamma_S"] == pytest.approx(min(routes) + s_form, rel=1e-9)
+        for name in ("gamma_m", "gamma_S", "gamma_E"):
+            assert row[f"{name}_holds"] is True, (name, row["cell_id"])
+        if row["regime"] == "sscrl" and row["loss"] != "hinge":
+            assert row["sscrl_total_holds"] is True
+        if row["regime"] == "sscrl" and row["loss"] == "hinge":
+            assert row["sscrl_inner"] is None and "Prop. 4.4" in row["sscrl_inner_reason"]
 
 
 def test_tau_is_sum_of_squared_prior(tiny_run: dict) -> None:
@@ -300,7 +314,7 @@ def test_local_executor_writes_the_same_cells_table(tiny_run: dict, tmp_path: Pa
         ray_table = pl.read_parquet(tiny_run["dir"] / "tables" / f"{name}.parquet")
         local = pl.read_parquet(tmp_path / "runs" / tiny_run["config"].run_id() / "tables" /
                                 f"{name}.parquet")
-        timing = [c for c in ray_table.columns if c.startswith("wall_seconds")]
+        timing = [c for c in ray_table.columns if c.startswith(("wall_seconds", "bounds_seconds"))]
         assert local.drop(timing).equals(ray_table.drop(timing)), name
 
 

@@ -23,7 +23,8 @@ GRID = dict(TINY, grid=dict(TINY["grid"], n=[20, 60, 120], seeds=[0, 1, 2]))
 
 
 def _without_timing(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.select([c for c in frame.columns if not c.startswith("wall_seconds")])
+    timing = ("wall_seconds", "bounds_seconds")
+    return frame.select([c for c in frame.columns if not c.startswith(timing)])
 
 
 def _tables(run_dir: Path) -> dict[str, pl.DataFrame]:

@@ -2,8 +2,8 @@
 
 Group A  synthetic/scrl/hinge, m in {1, 4, 16} x n in {50, 200}, seeds 0-2: mean gap exactly
          0.1 + 0.5/m + 2/sqrt(n); retrieval_auc saturates at m* = 4 (n = 50), 16 (n = 200).
-Group B  synthetic/one_negative/hinge, m = 1: n = 50 with seeds 0, 1 (Gamma_M present, one
-         holds), n = 200 with seed 0 only (no seed spread: std and seed_ci are null).
+Group B  synthetic/one_negative/hinge, m = 1: n = 50 with seeds 0, 1 (gamma_S holds for seed 0
+         only), n = 200 with seed 0 only (no seed spread: std and seed_ci are null).
 Group C  synthetic/sscrl/lse, m in {1, 4}, n = 50, seeds 0, 1: two points, m* = 1.
 """
 
@@ -30,11 +30,24 @@ def gap_a(m: int, n: int) -> float:
     return 0.1 + 0.5 / m + 2.0 / math.sqrt(n)
 
 
+def _bounds(bound_m: float, gap: float, seed: int) -> dict:
+    """gamma_m = bound_m, gamma_S half of it, gamma_E 0.8 of it; gamma_S fails for seed 1."""
+    out = {}
+    for name, value in (("gamma_m", bound_m), ("gamma_S", bound_m / 2), ("gamma_E", 0.8 * bound_m)):
+        out |= {
+            name: value,
+            f"{name}_complexity_term": 0.6 * value,
+            f"{name}_concentration_term": 0.4 * value,
+            f"{name}_holds": not (name == "gamma_S" and seed == 1),
+        }
+    return out | {"gamma_S_route": "B2", "gamma_E_route": "V"}
+
+
 def _row(regime: str, loss: str, m: int, n: int, seed: int, gap: float, auc: float) -> dict:
     rng = np.random.default_rng([m, n, seed, len(regime), len(loss)])
     train = 1.0 + 0.1 * seed
     one_negative = regime == "one_negative"
-    bound = 0.5 + 0.1 * seed if one_negative else None
+    bound_m = (0.5 + 0.1 * seed) * math.sqrt(m + 2) / math.sqrt(n / 50)  # gamma_m
     return {
         "cell_id": f"{regime[:2]}{loss[:2]}{m:02d}{n:03d}{seed}",
         "dataset": "synthetic",
@@ -56,11 +69,36 @@ def _row(regime: str, loss: str, m: int, n: int, seed: int, gap: float, auc: flo
         "rademacher": float(5.0 + seed + m),
         "rademacher_ci": 0.5 * (seed + 1),
         "sign_draws": 4,
-        "rademacher_rows": 2 * n + n * m,
-        "bound_gamma": bound,
-        "bound_gamma_rademacher_term": 0.2 if one_negative else None,
-        "bound_gamma_concentration_term": bound - 0.2 if one_negative else None,
-        "bound_holds": (abs(gap) <= bound) if one_negative else None,
+        "rademacher_rows": n * (m + 2),
+        "test_loss_shared": train + gap / 2 if regime == "sscrl" else None,
+        "gap_outer": gap / 2 if regime == "sscrl" else None,
+        "gap_inner": gap / 2 if regime == "sscrl" else None,
+        "test_loss_pool_ci": 0.02 if loss == "lse" else None,
+        "lse_inner_est": 0.01 / m if loss == "lse" else None,
+        "test_loss_pool_bias_est": 0.001 if loss == "lse" else None,
+        "certified": True,
+        "sampling": "fresh_from_model",
+        "loss_min": 0.0,
+        "loss_range": 3.0,
+        "loss_lipschitz": 1.0,
+        "loss_lipschitz_seed": 2.44,
+        "loss_omega": 1.0,
+        "S2": float(n * (m + 2)),
+        "S_pairs": float(2 * n),
+        "S_neg": float(n * m),
+        "v_A": 1.0,
+        "v_0": 1.0,
+        "v_N": 1.0,
+        "bound_delta": 0.025 if regime == "sscrl" else 0.05,
+        **_bounds(bound_m, gap, seed),
+        "lse_inner_bound": 0.3 / m if loss == "lse" and regime == "scrl" else None,
+        "sscrl_inner": 5.0 / math.sqrt(m) if regime == "sscrl" else None,
+        "sscrl_inner_reason": None if regime == "sscrl" else "not sscrl",
+        "sscrl_total": bound_m + 5.0 / math.sqrt(m) if regime == "sscrl" else None,
+        "sscrl_total_holds": True if regime == "sscrl" else None,
+        "best_bound": bound_m,
+        "bound_over_gap": bound_m / abs(gap),
+        "bounds_seconds": 0.001,
         "bound_transfer": 1.5 + seed if one_negative else None,
         "transfer_holds": (seed == 0) if one_negative else None,
         "mean_classifier_loss": loss if loss in ("hinge", "logistic") else "logistic",

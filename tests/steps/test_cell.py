@@ -38,7 +38,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Features, float]:
 
 
 def _without_wall(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k != "wall_seconds"}
+    return {k: v for k, v in row.items() if k not in ("wall_seconds", "bounds_seconds")}
 
 
 def test_grid_keys_size_and_order() -> None:
@@ -106,13 +106,13 @@ def test_run_cell_values(run: tuple[Features, float]) -> None:
     assert (row["d"], row["p"], row["R"]) == (3, 6, 1.0)
     assert (row["temperature"], row["delta"]) == (0.5, 0.05)
     assert row["gap"] == row["test_loss"] - row["train_loss"]
-    assert row["test_anchors"] == 20  # min(eval.test_anchors, 40 test rows)
+    assert row["test_anchors"] == 20  # eval.test_anchors fresh draws from the model
     assert row["test_loss_ci"] > 0
     assert row["sign_draws"] == 4
     assert row["rademacher_rows"] == 2 * 20 + 20 * 3  # anchors, positives, own negatives
     assert row["rademacher"] > 0 and row["rademacher_ci"] >= 0
     assert row["tau"] == tau == pytest.approx(1 / 3)
-    assert row["device"] == "cpu" and row["wall_seconds"] > 0
+    assert row["device"] == "cpu" and row["wall_seconds"] > row["bounds_seconds"] > 0
     assert row["mean_classifier_loss"] == "hinge"
     for metric in (
         "mean_classifier_accuracy",
@@ -121,64 +121,73 @@ def test_run_cell_values(run: tuple[Features, float]) -> None:
         "retrieval_auc",
     ):
         assert 0.0 <= row[metric] <= 1.0
-    # no Gamma_M outside one-negative m = 1
-    for column in (
-        "bound_gamma",
-        "bound_gamma_rademacher_term",
-        "bound_gamma_concentration_term",
-        "bound_holds",
-        "bound_transfer",
-        "transfer_holds",
-    ):
-        assert row[column] is None
+    # synthetic data: every point a fresh draw from the model, so the bounds are certified
+    assert row["sampling"] == "fresh_from_model" and row["certified"] is True
+    for name in ("gamma_m", "gamma_S", "gamma_E"):
+        assert row[f"{name}_holds"] is True
+        total = row[f"{name}_complexity_term"] + row[f"{name}_concentration_term"]
+        assert row[name] == pytest.approx(total, rel=1e-12)
+    assert row["best_bound"] == min(row["gamma_m"], row["gamma_S"], row["gamma_E"])
+    assert row["bound_over_gap"] == pytest.approx(row["best_bound"] / abs(row["gap"]))
+    assert row["bound_delta"] == 0.05 and row["S2"] == row["S_pairs"] + row["S_neg"]
+    assert row["lse_inner_bound"] is None and row["sscrl_inner"] is None
+    assert row["test_loss_shared"] is None and row["gap_outer"] is None
+    assert row["bound_transfer"] is None and row["transfer_holds"] is None  # m = 3
 
 
-def test_run_cell_shared_negatives_and_lse(run: tuple[Features, float]) -> None:
+def test_run_cell_shared_negatives_split_the_gap(run: tuple[Features, float]) -> None:
     features, tau = run
     cfg = config()
     row = cell.run_cell(cfg, cell.CellKey("sscrl", "lse", 3, 10, 0), features, tau)
-    assert row["rademacher_rows"] == 2 * 10 + 3  # one shared set of 3 negatives
+    assert row["rademacher_rows"] == 2 * 10 + 10 * 3  # shared negatives once per anchor
     assert row["mean_classifier_loss"] == "logistic"
     assert row["gap"] == row["test_loss"] - row["train_loss"]
-    assert row["bound_gamma"] is None and row["transfer_holds"] is None
+    assert row["gap_outer"] == pytest.approx(row["test_loss_shared"] - row["train_loss"])
+    assert row["gap_outer"] + row["gap_inner"] == pytest.approx(row["gap"])
+    assert row["bound_delta"] == 0.025  # delta split between outer and inner (Cor. 4.3)
+    assert row["sscrl_total"] == pytest.approx(row["gamma_S"] + row["sscrl_inner"])
+    assert row["sscrl_inner_reason"] is None and row["sscrl_total_holds"] is True
+    assert row["gamma_S_holds"] is True  # against |gap_outer|
     # LSE is bounded by T log of the largest exp ratio: |score| <= R^2 = 1 so |loss| <= 2
     assert abs(row["train_loss"]) <= 2.0 and abs(row["test_loss"]) <= 2.0
+    assert row["test_loss_pool_ci"] > 0 and row["lse_inner_est"] > 0
+    hinge = cell.run_cell(cfg, cell.CellKey("sscrl", "hinge", 3, 10, 0), features, tau)
+    assert hinge["sscrl_inner"] is None and hinge["sscrl_total"] is None
+    assert "Prop. 4.4" in hinge["sscrl_inner_reason"] and hinge["best_bound"] is None
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
-def test_run_cell_bounds_for_one_negative_m1(run: tuple[Features, float], loss: str) -> None:
+def test_gamma_m_at_one_negative_is_the_seeds_gamma(run: tuple[Features, float], loss: str) -> None:
     features, tau = run
     cfg = config(grid={"losses": ["hinge", "logistic"]})
     key = cell.CellKey("one_negative", loss, 1, 10, 0)
     row = cell.run_cell(cfg, key, features, tau)
-    gamma = bounds.saunshi_gamma(row["rademacher"], 10, 1.0, 0.05, loss)
-    assert row["bound_gamma"] == gamma.value
-    assert row["bound_gamma_rademacher_term"] == gamma.rademacher_term
-    assert row["bound_gamma_concentration_term"] == gamma.concentration_term
-    assert row["bound_gamma_rademacher_term"] == pytest.approx(
-        2 * math.sqrt(18) * bounds.L0 * 1.0 * row["rademacher"] / 10
-    )
-    assert row["bound_holds"] == (abs(row["gap"]) <= row["bound_gamma"])
+    closed_form = 1.0 * math.sqrt(3 * row["S2"])  # R sqrt(d S2)
+    gamma = bounds.saunshi_gamma(closed_form, 10, 1.0, 0.05, loss)
+    assert abs(row["gamma_m"] - gamma.value) <= 1e-12 * gamma.value
+    assert row["gamma_m_complexity_term"] == pytest.approx(gamma.rademacher_term, rel=1e-12)
+    assert row["gamma_m_holds"] == (abs(row["gap"]) <= row["gamma_m"])
     assert row["bound_transfer"] == pytest.approx(
-        (row["train_loss"] + row["bound_gamma"] - tau) / (1 - tau)
+        (row["train_loss"] + row["gamma_m"] - tau) / (1 - tau)
     )
     assert row["transfer_holds"] == (row["mean_classifier_risk"] <= row["bound_transfer"])
     assert row["mean_classifier_loss"] == loss
     assert row["rademacher_rows"] == 3 * 10
 
 
-def test_run_cell_one_negative_with_m_above_1_has_no_bound(run: tuple[Features, float]) -> None:
+def test_lse_upper_side_adds_the_inner_bound(run: tuple[Features, float]) -> None:
     features, tau = run
-    row = cell.run_cell(config(), cell.CellKey("one_negative", "hinge", 3, 10, 0), features, tau)
-    assert row["rademacher_rows"] == 2 * 10 + 10 * 3
-    for column in ("bound_gamma", "bound_gamma_rademacher_term", "bound_holds", "bound_transfer"):
-        assert row[column] is None
+    row = cell.run_cell(config(), cell.CellKey("scrl", "lse", 3, 10, 0), features, tau)
+    assert row["lse_inner_bound"] == pytest.approx(min(2.0, 0.5 * math.expm1(2.0) ** 2 / 6))
+    assert row["best_bound"] == pytest.approx(
+        min(row["gamma_m"], row["gamma_S"], row["gamma_E"]) + row["lse_inner_bound"]
+    )
 
 
 def test_run_cell_without_tau_has_no_transfer_bound(run: tuple[Features, float]) -> None:
     features, _ = run
     row = cell.run_cell(config(), cell.CellKey("one_negative", "hinge", 1, 10, 0), features, None)
-    assert row["bound_gamma"] is not None
+    assert row["gamma_m"] is not None
     assert row["bound_transfer"] is None and row["transfer_holds"] is None and row["tau"] is None
 
 

@@ -36,7 +36,7 @@ def test_build_writes_the_page_and_every_plot(grid_tables: Path) -> None:
     out = grid_tables / "report"
     page = report.build(grid_tables / "tables", out, grid_tables / ".staging")
     assert page == out / "index.html"
-    pngs = ["downstream_vs_m.png", "gap_vs_m.png", "gap_vs_n.png", "m_star.png"]
+    pngs = ["downstream_vs_m.png", "gap_vs_m.png", "gap_vs_n.png", "m_star.png", "tightness.png"]
     assert sorted(p.name for p in out.iterdir()) == sorted([*pngs, "index.html"])
     for name in pngs:
         _assert_png(out / name)
@@ -47,9 +47,10 @@ def test_build_writes_the_page_and_every_plot(grid_tables: Path) -> None:
     assert f"commit {PROVENANCE['git_commit']}" in html
     for name in pngs:
         assert f'<img src="{name}">' in html
-    assert "<h2>Gap against bound (means over seeds)</h2>" in html
-    assert "<h2>Rate-shape fits</h2>" in html
-    assert html.count("<tr><td>") == 10 + 6  # 10 summary rows; 4 rate, power, exponent fits
+    assert "<h2>Gap against the certified bounds (means over seeds)</h2>" in html
+    assert "<h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>" in html
+    # 10 summary rows; 5 slopes, 4 rate, power and exponent fits
+    assert html.count("<tr><td>") == 10 + 11
     assert "saunshi_k" in html and "m*=c*n^e" in html
     assert list((grid_tables / ".staging").iterdir()) == []
 
@@ -65,7 +66,8 @@ def test_build_without_m_star_rows_skips_that_plot(grid_tables: Path, tmp_path: 
     fits.filter(pl.col("kind") != "m_star").write_parquet(only_one_negative / "fits.parquet")
     page = report.build(only_one_negative, tmp_path / "report", tmp_path / ".staging")
     names = sorted(p.name for p in (tmp_path / "report").iterdir())
-    assert names == ["downstream_vs_m.png", "gap_vs_m.png", "gap_vs_n.png", "index.html"]
+    expected = ["downstream_vs_m.png", "gap_vs_m.png", "gap_vs_n.png", "index.html"]
+    assert names == [*expected, "tightness.png"]
     assert "m_star.png" not in page.read_text()
 
 

@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates
 from crl.steps import tables
-from crl.steps.tables import FITS_SCHEMA, KEYS, ORDER, SUMMARISED
+from crl.steps.tables import FITS_SCHEMA, HOLDS, KEYS, ORDER, SUMMARISED
 from tests.steps.tables_data import AUC_A, PROVENANCE, cell_rows, gap_a, write_cells
 
 
@@ -54,7 +54,7 @@ def test_collect_cells_puts_provenance_first_and_sorts_by_key(
     keys = cells.select(ORDER).rows()
     assert keys == sorted(keys)
     assert cells["run_id"].to_list() == [PROVENANCE["run_id"]] * cells.height
-    assert cells.schema["bound_gamma"] == pl.Float64  # null in most files, float in some
+    assert cells.schema["sscrl_inner"] == pl.Float64  # null in most files, float in some
     by_id = {r["cell_id"]: r for r in cell_rows()}
     for record in cells.iter_rows(named=True):
         assert {k: record[k] for k in by_id[record["cell_id"]]} == by_id[record["cell_id"]]
@@ -112,11 +112,15 @@ def test_summarise_exact_values_of_one_group(summary: pl.DataFrame) -> None:
 
 def test_summarise_fractions(summary: pl.DataFrame) -> None:
     one = summary.filter(pl.col("regime") == "one_negative").sort("n")
-    assert one["bound_holds_fraction"].to_list() == [0.5, 1.0]
+    assert one["gamma_S_holds_fraction"].to_list() == [0.5, 1.0]
+    assert one["gamma_m_holds_fraction"].to_list() == [1.0, 1.0]
     assert one["transfer_holds_fraction"].to_list() == [0.5, 1.0]
-    assert one["bound_gamma_mean"].to_list() == pytest.approx([0.55, 0.5])
+    assert one["certified_fraction"].to_list() == [1.0, 1.0]
+    assert one["gamma_m_mean"].to_list() == pytest.approx(
+        [0.55 * math.sqrt(3), 0.5 * math.sqrt(3) / 2]
+    )
     scrl = summary.filter(pl.col("regime") == "scrl")
-    assert scrl["bound_holds_fraction"].null_count() == scrl.height  # undefined: null
+    assert scrl["sscrl_total_holds_fraction"].null_count() == scrl.height  # undefined: null
 
 
 def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
@@ -124,8 +128,8 @@ def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
     tau, test_loss_ci_mean and rademacher_ci_mean."""
     expected = {*PROVENANCE_COLUMNS, *KEYS, "seeds", "tau"}
     expected |= {f"{c}_{s}" for c in SUMMARISED for s in ("mean", "std", "seed_ci")}
-    expected |= {"bound_holds_fraction", "transfer_holds_fraction"}
-    expected |= {"test_loss_ci_mean", "rademacher_ci_mean"}
+    expected |= {f"{h}_fraction" for h in HOLDS} | {"sampling"}
+    expected |= {"test_loss_ci_mean", "rademacher_ci_mean", "test_loss_pool_ci_mean"}
     assert sorted(expected - set(summary.columns)) == []
     assert sorted(set(summary.columns) - expected) == []
 
@@ -136,6 +140,7 @@ def test_fits_rows(summary: pl.DataFrame) -> None:
     assert fitted["run_id"].to_list() == [PROVENANCE["run_id"]] * fitted.height
     kinds = fitted.select(["regime", "loss", "kind"]).rows()
     assert kinds == [
+        *[("scrl", "hinge", "slopes")] * 5,  # gap, gamma_m, gamma_S, gamma_E, best_bound
         *[("scrl", "hinge", "rate")] * 4,
         ("scrl", "hinge", "power"),
         ("scrl", "hinge", "m_star"),
@@ -143,6 +148,12 @@ def test_fits_rows(summary: pl.DataFrame) -> None:
         ("scrl", "hinge", "m_star_exponent"),
         ("sscrl", "lse", "m_star"),  # two points: no rate or power fit, one n: no exponent
     ]  # one_negative: one m per n, nothing to fit
+    slopes = fitted.filter(pl.col("kind") == "slopes")
+    assert slopes["shape"].to_list() == ["gap", "gamma_m", "gamma_S", "gamma_E", "best_bound"]
+    bound = slopes.filter(pl.col("shape") == "gamma_S").row(0, named=True)
+    # the hand-made gamma_S is c sqrt(m + 2) / sqrt(n): log-log slopes near 0.3 in m, -1/2 in n
+    assert bound["slope_n"] == pytest.approx(-0.5, abs=1e-9)
+    assert 0.2 < bound["slope_m"] < 0.5
 
     rate = fitted.filter(pl.col("kind") == "rate")
     assert rate["shape"].to_list() == list(rates.RATE_SHAPES)

@@ -1,0 +1,148 @@
+"""The bound columns of a cell (BOUNDS.md section 0): certified bounds with their terms, the
+data-dependent ingredients, and one holds flag per bound against the gap it bounds.
+
+What each bound is compared with:
+- one_negative, scrl: `gap` = held-out L_m estimate - train loss, |gap| <= gamma; for LSE the
+  held-out target is Li et al.'s L(s) >= L_m, so the upper side adds `lse_inner_bound`
+  (Cor. 3.6): -gamma <= gap <= gamma + lse_inner_bound.
+- sscrl: the gamma_* columns are OUTER bounds (Thm 4.1, level delta/2, shared negatives repeated
+  per anchor) on |gap_outer|, gap_outer = held-out loss against the same shared training
+  negatives (an estimate of L_Y) - train loss. `sscrl_inner` (Thm 4.2, level delta/2) bounds the
+  inner part for logistic, LSE and InfoNCE; `sscrl_total` = gamma_S + sscrl_inner bounds |gap|
+  (Cor. 4.3). For hinge no inner bound exists (Prop. 4.4): `sscrl_inner_reason` says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from crl.kernels import certified, learner, stats
+from crl.steps.sampling import Draw
+
+HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (BOUNDS.md Prop. 4.4)"
+NOT_SSCRL = "not sscrl: the negatives are independent per anchor"
+
+
+def sample_statistics(draw: Draw, m: int, chunk: int = 65536) -> certified.SampleStats:
+    """S_pairs, S_neg, v_A, v_0, v_N of the cell's training sample, streamed in chunks."""
+    views, sample = draw.views, draw.sample
+    shared = sample.shared
+    negatives = views.negative[sample.negatives] if shared else None  # (m, p)
+    acc = certified.StatsAccumulator(views.anchor.shape[1], m, negatives)
+    rows = max(1, chunk // m)
+    for start in range(0, sample.anchors.shape[0], rows):
+        part = slice(start, start + rows)
+        own = None if shared else views.negative[sample.negatives[part]]  # (b, m, p)
+        acc.update(views.anchor[sample.anchors[part]], views.positive[sample.positives[part]], own)
+    return acc.finish()
+
+
+def _holds(gap: float | None, low: float, high: float) -> bool | None:
+    """-low <= gap <= high; None when the gap is unknown."""
+    if gap is None or not math.isfinite(gap):
+        return None
+    return bool(-low <= gap <= high)
+
+
+def bound_columns(
+    draw: Draw,
+    regime: str,
+    loss: str,
+    m: int,
+    d: int,
+    R: float,
+    temperature: float,
+    delta: float,
+    gap: float,
+    gap_outer: float | None,
+) -> dict:
+    """Every bound column of the cell, its terms, ingredients and holds flags."""
+    stats = sample_statistics(draw, m)
+    consts = certified.loss_constants(loss, m, R, temperature)
+    shared = regime == "sscrl"
+    level = delta / 2 if shared else delta  # Cor. 4.3 splits delta between outer and inner
+    g_m = certified.gamma_m(stats, consts, d, level)
+    g_s = certified.gamma_s(stats, consts, d, level)
+    g_e = certified.gamma_e(stats.n, m, stats.p, consts, d, level)
+    inner_lse = certified.lse_inner_bound(m, R, temperature) if loss == "lse" else None
+    inner_sscrl = certified.sscrl_inner(consts, level) if shared else None
+    if shared:
+        compared, upper_extra = gap_outer, 0.0
+    else:
+        compared, upper_extra = gap, inner_lse or 0.0
+    row = {
+        "certified": draw.certified,
+        "sampling": draw.sampling,
+        "loss_min": consts.psi_lo,
+        "loss_range": consts.B,
+        "loss_lipschitz": consts.L,
+        "loss_lipschitz_seed": consts.L_seed,
+        "loss_omega": consts.omega,
+        "S2": stats.S2,
+        "S_pairs": stats.S_pairs,
+        "S_neg": stats.S_neg,
+        "v_A": stats.v_A,
+        "v_0": stats.v_0,
+        "v_N": stats.v_N,
+        "bound_delta": level,
+    }
+    for name, cert in (("gamma_m", g_m), ("gamma_S", g_s), ("gamma_E", g_e)):
+        row[name] = cert.value
+        row[f"{name}_complexity_term"] = cert.complexity_term
+        row[f"{name}_concentration_term"] = cert.concentration_term
+        row[f"{name}_holds"] = _holds(compared, cert.value, cert.value + upper_extra)
+    row["gamma_S_route"], row["gamma_E_route"] = g_s.route, g_e.route
+    row["lse_inner_bound"] = inner_lse if not shared else None
+    row["sscrl_inner"] = inner_sscrl
+    row["sscrl_inner_reason"] = (
+        NOT_SSCRL if not shared else (HINGE_NO_INNER if inner_sscrl is None else None)
+    )
+    total = g_s.value + inner_sscrl if inner_sscrl is not None else None
+    row["sscrl_total"] = total
+    row["sscrl_total_holds"] = _holds(gap, total, total) if total is not None else None
+    best = min(g_m.value, g_s.value, g_e.value)
+    if shared:
+        best = None if inner_sscrl is None else best + inner_sscrl
+    elif inner_lse is not None:
+        best = best + inner_lse
+    row["best_bound"] = best
+    row["bound_over_gap"] = best / abs(gap) if best is not None and gap != 0 else None
+    return row
+
+
+@torch.no_grad()
+def pool_scores(
+    weight: torch.Tensor, views: learner.Views, sample: learner.Sample
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores of held-out anchors against a shared pool: pos (N,), pool (N, K), float64."""
+    fa = views.anchor[sample.anchors] @ weight.T  # (N, d)
+    fp = views.positive[sample.positives] @ weight.T  # (N, d)
+    fk = views.negative[sample.negatives] @ weight.T  # (K, d)
+    return (fa * fp).sum(-1).double(), (fa @ fk.T).double()
+
+
+@torch.no_grad()
+def pool_bootstrap_ci(
+    pos: torch.Tensor, pool: torch.Tensor, temperature: float, draws: int, gen: torch.Generator
+) -> float:
+    """95% normal half-width of the pooled LSE estimate over a bootstrap of the pool elements.
+
+    The pool is shared by every held-out anchor, so the anchors' t-interval misses its
+    variability (BOUNDS.md 5.4). Resampling pool columns with replacement is a matmul of
+    multinomial counts with e^{(s - max)/T}. Shape: pos (N,), pool (N, K); nan if draws < 2.
+    """
+    if draws < 2:
+        return math.nan
+    k = pool.shape[1]
+    z = (pool - pos[:, None]) / temperature  # (N, K)
+    top = z.max(dim=1, keepdim=True).values  # (N, 1)
+    e = torch.exp(z - top)  # (N, K) in (0, 1]
+    picks = torch.randint(0, k, (draws, k), generator=gen)
+    counts = torch.zeros(draws, k, dtype=torch.float64).scatter_add_(
+        1, picks, torch.ones(draws, k, dtype=torch.float64)
+    )  # (B, K)
+    means = counts @ e.T / k  # (B, N): resampled pool means per anchor
+    risk = temperature * (torch.log(means) + top.T).mean(dim=1)  # (B,) pooled LSE risks
+    return stats.z_value() * float(risk.std(correction=1))
