@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +24,27 @@ def _run_dir(run: str, out: str) -> Path:
     return path
 
 
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C or SIGTERM: cancel the queued work, stop the servers crl started, exit 130 at
+    once with one line; finished units are files, so the same command resumes."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    except KeyboardInterrupt:
+        from crl.orchestration import runtime
+
+        again = shlex.join(["crl", *sys.argv[1:]])
+        sys.stderr.write(f"\ncrl: interrupted; finished work is kept; rerun `{again}` to resume\n")
+        sys.stderr.flush()
+        runtime.stop_children()
+        os._exit(130)  # Prefect's teardown would wait on its stopped server
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @app.command()
 def run(
     config: Annotated[str, typer.Argument(help="YAML config, e.g. conf/quickstart.yaml")],
@@ -34,10 +59,14 @@ def run(
     executor: Annotated[
         str, typer.Option(help="ray (default) or local: every step in this process, no Ray")
     ] = "ray",
+    recompute_stale: Annotated[
+        bool, typer.Option(help="recompute finished cells computed at another git commit")
+    ] = False,
 ) -> None:
     """Run (or resume) the Prefect flow bound_grid over the config's (m, n) grid."""
     from crl.core import config as crl_config
     from crl.core.errors import ConfigError
+    from crl.orchestration import runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
     from crl.steps.runfolder import prepare
 
@@ -45,18 +74,21 @@ def run(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load(config, set_)
-        prepare(cfg, out)  # every check before Prefect or Ray start
+        runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
+        prepare(cfg, out, local=runtime.is_local(ray_address))  # every check before any start
+        runtime.prefect_local_env()
     except ConfigError as err:
         fail(str(err))
-    from crl.orchestration import runtime
-
-    runtime.prefect_local_env()
+    watchdog.start()  # stops Prefect's server and Ray should this process be killed
     from crl.orchestration.flows import bound_grid
 
-    try:
-        result = bound_grid(config, list(set_), out, ray_address, not quiet, executor)
-    except ConfigError as err:
-        fail(str(err))
+    with _interruptible():
+        try:
+            result = bound_grid(
+                config, list(set_), out, ray_address, not quiet, executor, recompute_stale
+            )
+        except ConfigError as err:
+            fail(str(err))
     tables = Path(result["run_dir"]) / "tables"
     typer.echo(
         f"crl: {result['cells_total']} cells ({result['cells_skipped']} already done, "
@@ -97,6 +129,7 @@ def check(
     """Verify every statement of the sources on generated instances (flow theorem_checks)."""
     from crl.core import config as crl_config
     from crl.core.errors import ConfigError
+    from crl.orchestration import runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
     from crl.steps.runfolder import prepare_checks
 
@@ -104,15 +137,18 @@ def check(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
+        runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         prepare_checks(cfg, out)
+        runtime.prefect_local_env()
     except ConfigError as err:
         fail(str(err))
-    from crl.orchestration import runtime
-
-    runtime.prefect_local_env()
+    watchdog.start()  # stops Prefect's server and Ray should this process be killed
     from crl.orchestration.flows import theorem_checks
 
-    result = theorem_checks(config, out, instances, ray_address, not quiet, list(set_), executor)
+    with _interruptible():
+        result = theorem_checks(
+            config, out, instances, ray_address, not quiet, list(set_), executor
+        )
     failed = [s for s in result["summary"] if not s["all_held"]]
     for s in result["summary"]:
         typer.echo(
@@ -167,7 +203,13 @@ def report(
     from crl.steps import report as crl_report
 
     root = _run_dir(run, out)
-    page = crl_report.build(root / "tables", root / "report", root / ".staging")
+    tables = root / "tables"
+    if (tables / "checks.parquet").is_file():
+        page = crl_report.build_checks(tables, root / "report", root / ".staging")
+    elif (tables / "summary.parquet").is_file() and (tables / "fits.parquet").is_file():
+        page = crl_report.build(tables, root / "report", root / ".staging")
+    else:
+        fail(f"run {run}: {tables} holds no summary/fits or checks tables to report from")
     typer.echo(f"crl: report  {page}")
 
 

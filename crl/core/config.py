@@ -30,7 +30,8 @@ VALID_OBJECTIVES = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `inf` and `nan` pass every float bound otherwise (R=.inf, T=.inf)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _Run(_Strict):
@@ -162,7 +163,7 @@ class RuntimeConfig(_Strict):
 class Config(_Run):
     """A `crl run` config: dataset, encoder, learner, grid, evaluation, runtime."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
     seed: int = 0
     dataset: Dataset
     encoder: EncoderConfig = EncoderConfig()
@@ -227,9 +228,15 @@ def _format_error(err: ValidationError) -> str:
     shown = (
         ""
         if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict)
-        else (f" (got {value!r})")
+        else f" (got {_quoted(value)})"
     )
-    return f"config field {field or '<root>'}: {message}{shown}"
+    return f"config field {field or '<root>'}: {_quoted(message, 300, repr_=False)}{shown}"
+
+
+def _quoted(value: object, limit: int = 120, repr_: bool = True) -> str:
+    """At most `limit` characters of `value` on one line: an error line stays a line."""
+    text = (repr(value) if repr_ else str(value)).replace("\n", " ")
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -252,7 +259,9 @@ def _read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {path}: does not exist")
     try:
-        tree = yaml.safe_load(path.read_text())
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -288,7 +297,7 @@ class ConstantsConfig(_Strict):
 class CheckConfig(_Run):
     """`crl check`: which statements, how many instances each, from which seed."""
 
-    name: str = Field("checks", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("checks", pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
     seed: int = Field(0, ge=0)
     statements: list[str] | None = None  # None: every statement
     instances: int | None = Field(None, ge=1)  # None: each statement's default count

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from crl.core.errors import ConfigError
 from crl.orchestration.progress import Progress
 
 Step = Callable[[Any, Any], Any]
@@ -68,6 +69,10 @@ class Executor(ABC):
         """Set up (e.g. connect to Ray); returns a short description of where work runs."""
 
     @abstractmethod
+    def check_cpus(self, cpus: float) -> None:
+        """Raise ConfigError when no worker could ever get `cpus` CPUs (a task would hang)."""
+
+    @abstractmethod
     def map(
         self,
         step: Step,
@@ -96,6 +101,9 @@ class LocalExecutor(Executor):
 
     def start(self) -> str:
         return "this process (local executor, no Ray)"
+
+    def check_cpus(self, cpus: float) -> None:
+        return None  # steps run here one after another, whatever `cpus` asks
 
     def map(
         self,
@@ -139,6 +147,16 @@ class RayExecutor(Executor):
 
         return runtime.ray_init(self.address)
 
+    def check_cpus(self, cpus: float) -> None:
+        import ray
+
+        available = float(ray.cluster_resources().get("CPU", 0.0))
+        if cpus > available:
+            raise ConfigError(
+                f"config field runtime.cell_cpus: {cpus} CPUs per cell, but the Ray cluster has "
+                f"{available:g}: no cell could ever be scheduled"
+            )
+
     def map(
         self,
         step: Step,
@@ -158,10 +176,15 @@ class RayExecutor(Executor):
         pending = [task.remote(step, item, shared, _threads(cpus)) for item in items]
         bar = Progress(label, len(items), progress)
         results = []
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            results.append(ray.get(ready[0]))
-            bar.advance()
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                results.append(ray.get(ready[0]))
+                bar.advance()
+        except BaseException:  # Ctrl-C, SIGTERM, a crashed worker: stop what is still queued
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
         return results
 
     def map_workers(

@@ -16,8 +16,9 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from crl.core import config as crl_config
-from crl.orchestration import runtime, stages
+from crl.orchestration import artifacts, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
+from crl.orchestration.runtime import is_local
 from crl.steps import check_tables, report, tables
 from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
 
@@ -61,9 +62,13 @@ def embed(config: crl_config.Config, paths: RunPaths, executor: Executor, progre
 
 @task(name="cells", cache_policy=NO_CACHE)
 def cells(
-    config: crl_config.Config, paths: RunPaths, executor: Executor, progress: bool
+    config: crl_config.Config,
+    paths: RunPaths,
+    executor: Executor,
+    progress: bool,
+    recompute_stale: bool,
 ) -> stages.CellsOutcome:
-    return stages.run_cells(config, paths, executor, progress)
+    return stages.run_cells(config, paths, executor, progress, recompute_stale)
 
 
 @task(name="aggregate", cache_policy=NO_CACHE)
@@ -92,22 +97,24 @@ def bound_grid(
     ray_address: str | None = None,
     progress: bool = True,
     executor: str = "ray",
+    recompute_stale: bool = False,
 ) -> dict:
     """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
     config = crl_config.load(config_path, overrides or [])
-    paths = prepare(config, Path(out))
+    paths = prepare(config, Path(out), local=is_local(ray_address))
     runner = make_executor(executor, ray_address)
     where = runner.start()
+    runner.check_cpus(config.runtime.cell_cpus)
     materialize(config, paths, runner)
     embed(config, paths, runner, progress)
-    outcome = cells(config, paths, runner, progress)
+    outcome = cells(config, paths, runner, progress, recompute_stale)
     checked = held = 0
     page = ""
     if outcome.files:  # when every cell failed there is nothing to aggregate
         checked, held = aggregate(config, paths, outcome.files)
         page = render(paths)
     paths.clean_staging()
-    return asdict(
+    result = asdict(
         GridResult(
             str(paths.root),
             outcome.total,
@@ -120,6 +127,9 @@ def bound_grid(
             where,
         )
     )
+    if page:
+        artifacts.publish_grid(paths.root, page, checked, held, result)
+    return result
 
 
 @task(name="instances", cache_policy=NO_CACHE)
@@ -162,4 +172,5 @@ def theorem_checks(
     summary = aggregate_checks(config, paths)
     page = render_checks(paths)
     paths.clean_staging()
+    artifacts.publish_checks(paths.root, summary, page)
     return asdict(CheckResult(str(paths.root), units, computed, summary, page, where))

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import shutil
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import crl
+from crl.core.errors import ConfigError
 from crl.core.provenance import PROVENANCE_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: crl/orchestration/runtime.py
+
+
+def prefect_home() -> Path:
+    """CRL_PREFECT_HOME, else the user's cache ($XDG_CACHE_HOME or ~/.cache)/crl/prefect: a
+    writable place even when crl's code is read-only (a container, a system-wide install)."""
+    if os.environ.get("CRL_PREFECT_HOME"):
+        return Path(os.environ["CRL_PREFECT_HOME"])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "crl" / "prefect"
 
 
 def prefect_local_env(home: Path | None = None) -> None:
@@ -22,14 +36,50 @@ def prefect_local_env(home: Path | None = None) -> None:
     """
     if os.environ.get("PREFECT_API_URL"):
         return
-    home = home or Path(os.environ.get("CRL_PREFECT_HOME", REPO / ".prefect"))
-    home.mkdir(parents=True, exist_ok=True)
+    home = home or prefect_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"Prefect home {home}: cannot create it ({err.strerror}); set CRL_PREFECT_HOME to a "
+            "writable folder"
+        ) from None
     os.environ.setdefault("PREFECT_HOME", str(home))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # run logs (crl's progress lines) reach the API and the UI; the console shows warnings only
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+
+
+def is_local(address: str | None) -> bool:
+    """Whether a run with this --ray-address (else RAY_ADDRESS) starts its own local Ray."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    return not address or address == "local"
+
+
+def check_address(address: str | None, timeout: float = 3.0) -> None:
+    """Refuse a --ray-address that is malformed or where nothing listens, before any work.
+
+    Accepted: auto, local, ray://HOST:PORT (Ray client) or HOST:PORT (a GCS)."""
+    if address is None or address in ("auto", "local"):
+        return
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"--ray-address {address}: expected auto, local, HOST:PORT or ray://HOST:PORT"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ConfigError(
+            f"--ray-address {address}: nothing answers there ({err.strerror or err})"
+        ) from None
 
 
 def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
@@ -48,6 +98,11 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
             os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if local:
+        # Ray rewrites _node_ip_address="127.0.0.1" to the machine's address unless this is 0
+        # (ray/_private/ray_constants.py, services.get_node_ip_address), and every component
+        # binds loopback only when the node IP is loopback, a wildcard otherwise. Read at import.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
@@ -57,17 +112,67 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
     if not local:
         ray.init(address=address, runtime_env=runtime_env, **quiet)
+        _sigterm_interrupts()
         return f"ray cluster at {address}"
+    # Ray's folders live in r/ of a 0700 folder of this process, removed at exit (not in the
+    # shared /tmp/ray): Ray makes its own folders world-writable, the parent keeps others out
+    temp = tempfile.mkdtemp(prefix="crl-ray-")
+    _PRIVATE_RAY.append(temp)
+    atexit.register(_remove_private_ray, temp)
     ray.init(
         address="local",
         num_cpus=num_cpus or os.cpu_count(),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
+        _temp_dir=os.path.join(temp, "r"),
         object_store_memory=_object_store_bytes(),
         runtime_env=runtime_env,
         **quiet,
     )
+    _sigterm_interrupts()
     return "local ray on 127.0.0.1"
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM raises KeyboardInterrupt, as Ctrl-C does: ray.init installs a handler that exits
+    the driver abruptly, so crl takes the signal back after it (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def stop_children() -> None:
+    """Stop the private Ray and every process this one started (Prefect's temporary server),
+    for an interrupted run that exits at once."""
+    import signal
+
+    for temp in list(_PRIVATE_RAY):
+        _remove_private_ray(temp)
+    me = str(os.getpid())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                parent = handle.read().rsplit(")", 1)[1].split()[1]
+            if parent == me:
+                os.kill(int(pid), signal.SIGTERM)
+        except (OSError, IndexError):
+            continue
+
+
+_PRIVATE_RAY: list[str] = []
+
+
+def _remove_private_ray(temp: str) -> None:
+    """Stop the private Ray and remove its session folders."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+    if temp in _PRIVATE_RAY:
+        _PRIVATE_RAY.remove(temp)
 
 
 def _object_store_bytes() -> int:

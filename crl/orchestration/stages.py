@@ -4,12 +4,15 @@ executor. The steps (what a unit computes and writes) are in crl.steps.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from crl.core.config import CheckConfig, Config
+from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
 from crl.steps import cell, check_unit, data
 from crl.steps.atomic import write_parquet_atomic
@@ -20,6 +23,22 @@ from crl.steps.runfolder import CheckPaths, RunPaths
 
 class StageError(RuntimeError):
     """A unit of a stage that must complete (a shard, an embedding, a check unit) failed."""
+
+
+def _complete(path: Path, rows: int | None = None) -> bool:
+    """Whether `path` is a finished Parquet file (with `rows` rows); a truncated or corrupt one
+    is removed, with a line on stderr, so that its unit is computed again."""
+    if not path.exists():
+        return False
+    try:
+        metadata = pq.read_metadata(path)
+        if rows is None or metadata.num_rows == rows:
+            return True
+    except (OSError, pa.ArrowException):
+        pass
+    sys.stderr.write(f"crl: {path} is incomplete or corrupt; computing it again\n")
+    path.unlink()
+    return False
 
 
 def _raise_failures(stage: str, results: list) -> None:
@@ -36,7 +55,7 @@ def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
     """Write every missing data shard. Returns shards written."""
     sizes = data.split_sizes(config.dataset)
     plan = data.shard_plan(config.dataset, sizes)
-    todo = [s for s in plan if not data.shard_path(paths.data, s).exists()]
+    todo = [s for s in plan if not _complete(data.shard_path(paths.data, s), s.rows)]
     job = data.ShardJob(config.dataset, config.seed, paths.data, paths.staging)
     results = executor.map(data.write_shard, todo, job, label="shards", progress=False)
     _raise_failures("materialize", results)
@@ -46,7 +65,10 @@ def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
 def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
     """Run the frozen encoder over every shard without features. Returns shards written."""
     shards = sorted(paths.data.glob("split=*/part-*.parquet"))
-    todo = [s for s in shards if not features_path(paths.data, paths.features, s).exists()]
+    rows = {s: pq.read_metadata(s).num_rows for s in shards}
+    todo = [
+        s for s in shards if not _complete(features_path(paths.data, paths.features, s), rows[s])
+    ]
     args = (config.encoder, paths.data, paths.features, paths.staging)
     executor.map_workers(Embedder, args, todo, label="embed", progress=progress)
     return len(todo)
@@ -73,18 +95,55 @@ def _failure_row(failure: Failure, config_hash: str) -> dict:
     }
 
 
+def _other_commit(path: Path, commit: str) -> bool:
+    """Whether the finished cell at `path` was computed by code at another (or no recorded)
+    commit."""
+    try:
+        written = pq.read_table(path, columns=["cell_git_commit"]).column(0)[0].as_py()
+    except (KeyError, pa.ArrowException):
+        return True
+    return written != commit
+
+
 def run_cells(
-    config: Config, paths: RunPaths, executor: Executor, progress: bool = True
+    config: Config,
+    paths: RunPaths,
+    executor: Executor,
+    progress: bool = True,
+    recompute_stale: bool = False,
 ) -> CellsOutcome:
-    """Every cell not yet on disk; a cell that raises lands in tables/failures.parquet."""
+    """Every cell not yet on disk; a cell that raises lands in tables/failures.parquet.
+
+    Cells computed at another git commit are reused and counted on stderr, or recomputed with
+    `recompute_stale`; each row keeps its own `cell_git_commit`."""
     config_hash = config.hash()
     keys = cell.grid_keys(config)
-    todo = [k for k in keys if not paths.cell(k.cell_id(config_hash)).exists()]
+    commit = runtime.git_commit()
+    todo = [k for k in keys if not _complete(paths.cell(k.cell_id(config_hash)), 1)]
+    done = [paths.cell(k.cell_id(config_hash)) for k in keys if k not in set(todo)]
+    stale = [
+        k
+        for k in keys
+        if k not in set(todo) and _other_commit(paths.cell(k.cell_id(config_hash)), commit)
+    ]
+    if stale and recompute_stale:
+        todo += stale
+        sys.stderr.write(f"crl: recomputing {len(stale)} cells computed at another commit\n")
+    elif stale:
+        sys.stderr.write(
+            f"crl: reusing {len(stale)} of {len(done)} finished cells computed at another commit "
+            f"than {commit} (see cell_git_commit; --recompute-stale recomputes them)\n"
+        )
     failures: list[dict] = []
     if todo:
         features = load_features(paths.features)
         job = cell.CellJob(
-            config, features, tau_of(config, features.train.labels), paths.cells, paths.staging
+            config,
+            features,
+            tau_of(config, features.train.labels),
+            paths.cells,
+            paths.staging,
+            commit,
         )
         results = executor.map(
             cell.run_and_write,
@@ -122,7 +181,7 @@ def run_check_units(
         config.seed, check_unit.constants_of(config), paths.units, paths.staging
     )
     units = check_unit.plan(config)
-    todo = [u for u in units if not job.path(u).exists()]
+    todo = [u for u in units if not _complete(job.path(u))]
     results = executor.map(check_unit.run_unit, todo, job, label="checks", progress=progress)
     _raise_failures("checks", results)
     return len(units), len(todo)

@@ -266,11 +266,14 @@ class CellJob:
     tau: float | None
     cells_dir: Path
     staging: Path
+    git_commit: str = "unknown"
 
 
 def run_and_write(key: CellKey, job: CellJob) -> dict:
-    """The step of the cells stage: compute one cell and write its row atomically."""
+    """The step of the cells stage: compute one cell and write its row atomically, with the
+    commit of the code that computed it (`cell_git_commit`)."""
     row = run_cell(job.config, key, job.features, job.tau)
+    row["cell_git_commit"] = job.git_commit
     row["dataset"] = job.config.dataset.kind
     path = job.cells_dir / f"{row['cell_id']}.parquet"
     write_parquet_atomic(pa.Table.from_pylist([row]), path, job.staging)

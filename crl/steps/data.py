@@ -109,6 +109,8 @@ def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             values = np.asarray(inner.to_numpy(zero_copy_only=False), dtype=np.float32)
         except (ValueError, TypeError):
             raise ConfigError(f"dataset column {name!r} in {ds.path}: not numeric") from None
+        if values.size == 0:
+            raise ConfigError(f"dataset column {name!r} in {ds.path}: every row is an empty list")
         x = values.reshape(table.num_rows, -1)
         break
     else:

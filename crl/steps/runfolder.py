@@ -96,8 +96,25 @@ def writable(out: str | Path) -> Path:
     return out
 
 
-def prepare(config: Config, out: str | Path) -> RunPaths:
-    """Every check that can fail before work starts; then the run folder and its config.json."""
+def _check_cell_memory(config: Config, width: int) -> None:
+    """Refuse a grid whose largest cell cannot fit in this machine's memory (its features)."""
+    n, m = max(config.grid.n), max(config.grid.m)
+    features = max(width, config.encoder.out_dim if config.encoder.kind != "identity" else 0)
+    needed = n * (m + 2) * features * 8  # the largest cell's tuples, float64 at worst
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > total:
+        raise ConfigError(
+            f"config field grid.m: a cell with n={n}, m={m} holds {n * (m + 2):,} points of "
+            f"{features} features, about {needed / 2**30:.0f} GiB; this machine has "
+            f"{total / 2**30:.0f} GiB"
+        )
+
+
+def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
+    """Every check that can fail before work starts; then the run folder and its config.json.
+
+    `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus is checked
+    against them."""
     sizes = data.split_sizes(config.dataset)
     if max(config.grid.n) > sizes["train"]:
         raise ConfigError(
@@ -106,6 +123,17 @@ def prepare(config: Config, out: str | Path) -> RunPaths:
         )
     if sizes["test"] < 2:
         raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")
+    if config.dataset.shards > min(sizes.values()):
+        raise ConfigError(
+            f"config field dataset.shards: {config.dataset.shards} shards, but a split has only "
+            f"{min(sizes.values())} rows"
+        )
+    _check_cell_memory(config, data.input_width(config.dataset))
+    if config.runtime.cell_cpus > (os.cpu_count() or 1) and local:
+        raise ConfigError(
+            f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "
+            f"machine has {os.cpu_count()}: no cell could ever be scheduled"
+        )
     if config.encoder.kind == "small_cnn":
         width = data.input_width(config.dataset)
         try:
@@ -116,8 +144,15 @@ def prepare(config: Config, out: str | Path) -> RunPaths:
                 f"inputs have {width} values per row"
             ) from None
     paths = RunPaths(writable(out) / config.run_id())
+    _writable_run_folder(paths)
     paths.record(config)
     return paths
+
+
+def _writable_run_folder(paths: RunFolder) -> None:
+    """An existing run folder (a resume) must be writable too, not only --out."""
+    if paths.root.exists() and not os.access(paths.root, os.W_OK | os.X_OK):
+        raise ConfigError(f"run folder {paths.root}: exists but cannot be written (permissions)")
 
 
 def prepare_checks(config: CheckConfig, out: str | Path) -> CheckPaths:
@@ -129,5 +164,6 @@ def prepare_checks(config: CheckConfig, out: str | Path) -> CheckPaths:
             f"known: {sorted(checks.STATEMENTS)}"
         )
     paths = CheckPaths(writable(out) / config.run_id())
+    _writable_run_folder(paths)
     paths.record(config)
     return paths

@@ -112,8 +112,9 @@ def test_call_step_lets_keyboard_interrupt_through(threads: int) -> None:
 
 def test_map_reports_progress(capsys: pytest.CaptureFixture[str]) -> None:
     LocalExecutor().map(scale_step, [1, 2, 3], {"factor": 1}, label="cells", progress=True)
-    err = capsys.readouterr().err
-    assert "cells [" in err and "3/3" in err
+    err = capsys.readouterr().err  # not a terminal: a plain line per unit (3 units < 10 steps)
+    assert err.splitlines()[-1].startswith("crl: cells 3/3 (100%)")
+    assert [line.split()[2] for line in err.splitlines()] == ["1/3", "2/3", "3/3"]
     LocalExecutor().map(scale_step, [1, 2, 3], {"factor": 1}, label="quiet", progress=False)
     assert capsys.readouterr().err == ""
 
@@ -140,3 +141,15 @@ def test_make_executor() -> None:
     assert make_executor("ray").address is None
     with pytest.raises(ValueError, match=r"executor='bogus': expected one of \('ray', 'local'\)"):
         make_executor("bogus")
+
+
+def test_progress_line_and_tenths() -> None:
+    from crl.orchestration.progress import Progress
+
+    bar = Progress("cells", 200, enabled=False)
+    for _ in range(20):
+        bar.advance()
+    assert bar.done == 20 and bar._on_a_tenth()
+    bar.advance()
+    assert not bar._on_a_tenth()
+    assert bar.line().startswith("crl: cells 21/200 (10%)")

@@ -85,8 +85,8 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
     row = cell.run_cell(cfg, key, features, tau)
     documented = _documented_cell_columns()
     assert documented[:4] == list(PROVENANCE_COLUMNS)
-    # provenance is added by the aggregate stage, `dataset` by run_and_write
-    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - {"dataset"}
+    # provenance is added by the aggregate stage, `dataset` and `cell_git_commit` by run_and_write
+    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - {"dataset", "cell_git_commit"}
     assert len(documented) == len(set(documented))
 
 
@@ -206,10 +206,10 @@ def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
 def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Path) -> None:
     features, tau = run
     cfg = config()
-    job = cell.CellJob(cfg, features, tau, tmp_path / "cells", tmp_path / ".staging")
+    job = cell.CellJob(cfg, features, tau, tmp_path / "cells", tmp_path / ".staging", "abc123")
     key = cell.CellKey("scrl", "lse", 1, 10, 1)
     row = cell.run_and_write(key, job)
-    assert row["dataset"] == "synthetic"
+    assert row["dataset"] == "synthetic" and row["cell_git_commit"] == "abc123"
     path = tmp_path / "cells" / f"{key.cell_id(cfg.hash())}.parquet"
     assert [p.name for p in (tmp_path / "cells").iterdir()] == [path.name]
     assert list((tmp_path / ".staging").iterdir()) == []
@@ -217,5 +217,6 @@ def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Pat
     assert back.height == 1
     assert back.row(0, named=True) == row
     assert _without_wall(row) == _without_wall(
-        {**cell.run_cell(cfg, key, features, tau), "dataset": "synthetic"}
+        {**cell.run_cell(cfg, key, features, tau), "dataset": "synthetic",
+         "cell_git_commit": "abc123"}
     )

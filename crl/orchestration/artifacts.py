@@ -1,0 +1,86 @@
+"""Prefect artifacts of a run, so the Prefect UI shows results and not only states: a table of
+the summary (gap and bounds per cell key, or slack per statement) and a markdown page with the
+headline numbers and where the tables and the report live."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+
+GRID_COLUMNS = [
+    "regime",
+    "loss",
+    "m",
+    "n",
+    "seeds",
+    "gap_mean",
+    "gamma_m_mean",
+    "gamma_S_mean",
+    "gamma_E_mean",
+    "best_bound_mean",
+    "gamma_S_holds_fraction",
+    "retrieval_auc_mean",
+]
+
+
+def _json_rows(frame: pl.DataFrame) -> list[dict]:
+    """Rows with NaN as None: artifacts travel as JSON."""
+    return [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in frame.iter_rows(named=True)
+    ]
+
+
+def publish_grid(run_dir: Path, report: str, checked: int, held: int, result: dict) -> None:
+    """Table artifact `crl-grid-summary` and markdown artifact `crl-grid-run`."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    summary = pl.read_parquet(run_dir / "tables" / "summary.parquet")
+    create_table_artifact(
+        key="crl-grid-summary",
+        table=_json_rows(summary.select([c for c in GRID_COLUMNS if c in summary.columns])),
+        description=f"gap and certified bounds per cell key (means over seeds), {run_dir.name}",
+    )
+    create_markdown_artifact(
+        key="crl-grid-run",
+        markdown="\n".join(
+            [
+                f"# crl run {run_dir.name}",
+                f"- cells: {result['cells_total']} ({result['cells_skipped']} already done, "
+                f"{result['cells_computed']} computed, {len(result['failures'])} failed)",
+                f"- certified bounds held in {held} of {checked} (cell, bound) pairs",
+                f"- tables: `{run_dir / 'tables'}` (cells, summary, fits)",
+                f"- report: `{report}`",
+                f"- ran on: {result['where']}",
+            ]
+        ),
+        description=f"where the tables and the report of {run_dir.name} live",
+    )
+
+
+def publish_checks(run_dir: Path, summary: list[dict], report: str) -> None:
+    """Table artifact `crl-checks-summary` and markdown artifact `crl-checks-run`."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    create_table_artifact(
+        key="crl-checks-summary",
+        table=_json_rows(pl.from_dicts(summary)),
+        description=f"slack per statement and method, {run_dir.name}",
+    )
+    failed = [s["statement"] for s in summary if not s["all_held"]]
+    create_markdown_artifact(
+        key="crl-checks-run",
+        markdown="\n".join(
+            [
+                f"# crl check {run_dir.name}",
+                f"- statements: {len({s['statement'] for s in summary})}, rows: "
+                f"{sum(s['rows'] for s in summary)}",
+                f"- failed: {', '.join(failed) if failed else 'none'}",
+                f"- tables: `{run_dir / 'tables'}` (checks, checks_summary)",
+                f"- report: `{report}`",
+            ]
+        ),
+        description=f"headline of {run_dir.name}",
+    )
