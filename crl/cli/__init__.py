@@ -216,12 +216,13 @@ def report(
 BENCHES = {
     "kernels": ["bench/kernels_losses.py", "bench/kernels_rademacher.py"],
     "pipeline": ["bench/pipeline.py"],
+    "bounds": ["bench/bounds_share.py"],
 }
 
 
 @app.command()
 def bench(
-    which: Annotated[str, typer.Argument(help="kernels | pipeline")] = "kernels",
+    which: Annotated[str, typer.Argument(help="kernels | pipeline | bounds")] = "kernels",
 ) -> None:
     """Benchmarks that print ratios against references measured in the same run."""
     import subprocess

@@ -92,27 +92,20 @@ def _gap_panel(ax, line: pl.DataFrame, axis: str, label: str) -> None:
         )
 
 
-def plot_gap_vs_n(summary: pl.DataFrame, path: Path, staging: Path) -> None:
-    """|gap| and the certified bounds against n, one colour per m, on one log axis."""
+AXIS_LABELS = {"n": "n (anchors)", "m": "m (negatives)"}
+
+
+def plot_gap(summary: pl.DataFrame, path: Path, staging: Path, axis: str) -> None:
+    """|gap| and the certified bounds against `axis` ("n" or "m"), one colour per value of the
+    other axis, on one log axis per (regime, loss)."""
+    other = "m" if axis == "n" else "n"
     objs = _objectives(summary)
     fig, axes = _panels(len(objs))
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
-        for (m,), line in sub.sort("n").group_by(["m"], maintain_order=True):
-            _gap_panel(ax, line, "n", f"m={m}")
-        _log_axes(ax, "n (anchors)", "|gap| and bounds", f"{regime} / {loss}")
-    _save(fig, path, staging)
-
-
-def plot_gap_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> None:
-    """|gap| and the certified bounds against m, one colour per n, on one log axis."""
-    objs = _objectives(summary)
-    fig, axes = _panels(len(objs))
-    for ax, (regime, loss) in zip(axes, objs, strict=False):
-        sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
-        for (n,), line in sub.sort("m").group_by(["n"], maintain_order=True):
-            _gap_panel(ax, line, "m", f"n={n}")
-        _log_axes(ax, "m (negatives)", "|gap| and bounds", f"{regime} / {loss}")
+        for (value,), line in sub.sort(axis).group_by([other], maintain_order=True):
+            _gap_panel(ax, line, axis, f"{other}={value}")
+        _log_axes(ax, AXIS_LABELS[axis], "|gap| and bounds", f"{regime} / {loss}")
     _save(fig, path, staging)
 
 
@@ -206,8 +199,8 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     summary = pl.read_parquet(tables / "summary.parquet")
     fits = pl.read_parquet(tables / "fits.parquet")
     out.mkdir(parents=True, exist_ok=True)
-    plot_gap_vs_n(summary, out / "gap_vs_n.png", staging)
-    plot_gap_vs_m(summary, out / "gap_vs_m.png", staging)
+    plot_gap(summary, out / "gap_vs_n.png", staging, "n")
+    plot_gap(summary, out / "gap_vs_m.png", staging, "m")
     plot_tightness(summary, out / "tightness.png", staging)
     plot_downstream_vs_m(summary, out / "downstream_vs_m.png", staging)
     images = ["gap_vs_n.png", "gap_vs_m.png", "tightness.png", "downstream_vs_m.png"]
