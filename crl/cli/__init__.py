@@ -26,8 +26,9 @@ def _run_dir(run: str, out: str) -> Path:
 
 @contextmanager
 def _interruptible() -> Iterator[None]:
-    """Ctrl-C or SIGTERM: cancel the queued work, stop the servers crl started, exit 130 at
-    once with one line; finished units are files, so the same command resumes."""
+    """Ctrl-C or SIGTERM: one line on how to resume, then exit 130 at once. Finished units are
+    files, so the same command resumes; the watchdog started with the run stops Prefect's server
+    and the private Ray (waiting on them here can hang on, or crash in, Ray's core worker)."""
     import signal
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -39,8 +40,8 @@ def _interruptible() -> Iterator[None]:
         again = shlex.join(["crl", *sys.argv[1:]])
         sys.stderr.write(f"\ncrl: interrupted; finished work is kept; rerun `{again}` to resume\n")
         sys.stderr.flush()
-        runtime.stop_children()
-        os._exit(130)  # Prefect's teardown would wait on its stopped server
+        runtime.forget_private_ray()
+        os._exit(130)  # Prefect's and Ray's teardown would wait on processes being stopped
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -176,15 +176,10 @@ class RayExecutor(Executor):
         pending = [task.remote(step, item, shared, _threads(cpus)) for item in items]
         bar = Progress(label, len(items), progress)
         results = []
-        try:
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                results.append(ray.get(ready[0]))
-                bar.advance()
-        except BaseException:  # Ctrl-C, SIGTERM, a crashed worker: stop what is still queued
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            results.append(ray.get(ready[0]))
+            bar.advance()
         return results
 
     def map_workers(

@@ -116,7 +116,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         return f"ray cluster at {address}"
     # Ray's folders live in r/ of a 0700 folder of this process, removed at exit (not in the
     # shared /tmp/ray): Ray makes its own folders world-writable, the parent keeps others out
-    temp = tempfile.mkdtemp(prefix="crl-ray-")
+    temp = tempfile.mkdtemp(prefix=f"{PRIVATE_RAY_PREFIX}{os.getpid()}-")
     _PRIVATE_RAY.append(temp)
     atexit.register(_remove_private_ray, temp)
     ray.init(
@@ -143,25 +143,15 @@ def _sigterm_interrupts() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def stop_children() -> None:
-    """Stop the private Ray and every process this one started (Prefect's temporary server),
-    for an interrupted run that exits at once."""
-    import signal
-
+def forget_private_ray() -> None:
+    """Remove the private Ray's folders without waiting for Ray, for an interrupted run that
+    exits at once: its processes are stopped by the watchdog (crl.orchestration.watchdog)."""
     for temp in list(_PRIVATE_RAY):
-        _remove_private_ray(temp)
-    me = str(os.getpid())
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                parent = handle.read().rsplit(")", 1)[1].split()[1]
-            if parent == me:
-                os.kill(int(pid), signal.SIGTERM)
-        except (OSError, IndexError):
-            continue
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 _PRIVATE_RAY: list[str] = []
+PRIVATE_RAY_PREFIX = "crl-ray-"  # + the pid of the crl process, so its watchdog can find it
 
 
 def _remove_private_ray(temp: str) -> None:

@@ -4,15 +4,19 @@
 `start(pid)` launches `python -m crl.orchestration.watchdog PID` in its own session. Every
 second it records the descendants of PID (pid and start time, so a reused pid is never hit);
 once PID is gone it sends SIGTERM to each recorded process still alive, then SIGKILL to those
-left after a grace period, and exits. Linux only (/proc); elsewhere it does nothing.
+left after a grace period, removes the private Ray's folders ($TMPDIR/crl-ray-PID-*) and exits.
+Linux only (/proc); elsewhere it does nothing.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 GRACE_SECONDS = 5.0
@@ -47,7 +51,7 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-def _signal_all(recorded: dict[int, str], sig: int) -> int:
+def signal_all(recorded: dict[int, str], sig: int) -> int:
     """Send `sig` to every recorded process that is still the same process; how many."""
     hit = 0
     for pid, start in recorded.items():
@@ -61,6 +65,11 @@ def _signal_all(recorded: dict[int, str], sig: int) -> int:
     return hit
 
 
+def alive(recorded: dict[int, str]) -> bool:
+    """Whether any recorded process is still the same live process."""
+    return any((info := _stat(p)) is not None and info[1] == s for p, s in recorded.items())
+
+
 def watch(parent: int, period: float = 1.0) -> None:
     """Follow `parent`'s descendants until it dies, then stop them."""
     recorded: dict[int, str] = {}
@@ -68,13 +77,13 @@ def watch(parent: int, period: float = 1.0) -> None:
     while _stat(parent) is not None:
         recorded.update({p: s for p, s in descendants(parent).items() if p != me})
         time.sleep(period)
-    if _signal_all(recorded, signal.SIGTERM):
+    if signal_all(recorded, signal.SIGTERM):
         deadline = time.monotonic() + GRACE_SECONDS
-        while time.monotonic() < deadline and any(
-            (info := _stat(p)) is not None and info[1] == s for p, s in recorded.items()
-        ):
+        while time.monotonic() < deadline and alive(recorded):
             time.sleep(0.2)
-        _signal_all(recorded, signal.SIGKILL)
+        signal_all(recorded, signal.SIGKILL)
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f"crl-ray-{parent}-*")):
+        shutil.rmtree(folder, ignore_errors=True)  # the private Ray's folders (runtime.ray_init)
 
 
 def start(parent: int | None = None) -> None:

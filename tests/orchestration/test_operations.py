@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -200,7 +201,8 @@ def test_interrupt_stops_at_once_and_the_rerun_resumes(tmp_path: Path, sig: int)
     while time.monotonic() < deadline and len(list(runs.glob("*/cells/*.parquet"))) < 5:
         assert driver.poll() is None, "the run finished before it could be interrupted"
         time.sleep(0.05)
-    children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == driver.pid]
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == driver.pid
+                and b"crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert children  # Prefect's temporary server and Ray's processes
     sent = time.monotonic()
     driver.send_signal(sig)
@@ -208,8 +210,11 @@ def test_interrupt_stops_at_once_and_the_rerun_resumes(tmp_path: Path, sig: int)
     assert driver.returncode == 130, stderr[-2000:]
     assert time.monotonic() - sent < 30
     assert stderr.strip().splitlines()[-1].startswith("crl: interrupted; finished work is kept")
-    time.sleep(3)
-    alive = [p for p in children if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+    deadline = time.monotonic() + 30  # the watchdog stops them within seconds
+    alive = children
+    while time.monotonic() < deadline and alive:
+        time.sleep(0.5)
+        alive = [p for p in children if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
     assert alive == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in alive]
     again = crl("run", str(path), "--out", str(runs), "--quiet")
     assert again.returncode == 0, again.stderr[-2000:]
@@ -281,3 +286,9 @@ def test_kill_9_of_crl_alone_leaves_no_server_or_ray_behind(tmp_path: Path) -> N
         alive = {p: s for p, s in started.items() if watchdog._stat(p) not in (None,)
                  and watchdog._stat(p)[1] == s}
     assert not alive, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in alive]
+    deadline = time.monotonic() + 15
+    folders = [1]
+    while time.monotonic() < deadline and folders:
+        time.sleep(0.5)
+        folders = list(Path(tempfile.gettempdir()).glob(f"crl-ray-{driver.pid}-*"))
+    assert folders == []  # and the private Ray's folders are gone
