@@ -7,6 +7,8 @@ the loss psi(v) is one of (A4), in crl's conventions (crl.kernels.losses):
     lse       T log((1/m) sum_j e^{v_j / T})   info_nce  log(1 + sum_j e^{v_j / T})  (no factor T)
 
 Bounds (each with its terms; every one is a deterministic function of the sample statistics):
+The per-loss constants (Table 1) are crl.kernels.loss_constants, re-exported here.
+
 - `gamma_m`: Thm 3.2, the seed's Gamma_M generalised to m negatives, with the seed's constant
   L0 for hinge and logistic and the closed form R_S = R sqrt(d S2) (T4) instead of Monte Carlo;
   at m = 1 it is Saunshi's Gamma_M exactly.
@@ -27,7 +29,9 @@ from dataclasses import dataclass
 import torch
 
 from crl.kernels import _validate
-from crl.kernels.bounds import L0
+from crl.kernels.loss_constants import LOSSES as LOSSES
+from crl.kernels.loss_constants import LossConstants as LossConstants
+from crl.kernels.loss_constants import loss_constants as loss_constants
 
 __all__ = [
     "CONTRACTION",
@@ -47,69 +51,6 @@ __all__ = [
 
 CONTRACTION = math.sqrt(3.0)  # c_V of the seed's vector contraction lemma (T2a)
 MAURER = math.sqrt(2.0)  # Maurer 2016 (T2b)
-LOSSES = ("hinge", "logistic", "lse", "info_nce")
-
-
-@dataclass(frozen=True)
-class LossConstants:
-    """Table 1 of BOUNDS.md for one (loss, m, R, T), a = 2R^2.
-
-    psi_lo, B: the loss lies in [psi_lo, psi_lo + B] on the class (Lemma 1.1); L: the l_inf
-    Lipschitz constant sup ||grad psi||_1; L_seed: the constant of the seed-compatible column
-    (L0 for hinge and logistic, L otherwise); omega >= sup ||grad psi||_2^2 (Lemma 1.2); tau, c,
-    lip_mu: the smooth representation of section 4 (None for hinge).
-    """
-
-    loss: str
-    m: int
-    R: float
-    temperature: float
-    psi_lo: float
-    B: float
-    L: float
-    L_seed: float
-    omega: float
-    tau: float | None
-    c: float | None
-    lip_mu: float | None
-
-
-def _log1p_m_exp(m: int, a: float) -> float:
-    """log(1 + m e^a), without overflow."""
-    return float(
-        torch.logaddexp(
-            torch.tensor(0.0, dtype=torch.float64),
-            torch.tensor(math.log(m) + a, dtype=torch.float64),
-        )
-    )
-
-
-def loss_constants(loss: str, m: int, R: float, temperature: float) -> LossConstants:
-    """The per-loss constants of Table 1 (BOUNDS.md section 1)."""
-    _validate.choice("loss", loss, LOSSES)
-    m = _validate.at_least("m", m, 1)
-    R = _validate.positive("R", R)
-    T = _validate.positive("temperature", temperature)
-    a = 2.0 * R * R
-    ln2 = math.log(2.0)
-    if loss == "hinge":
-        B = 2.0 * a if a <= 1.0 else 1.0 + a
-        return LossConstants(loss, m, R, T, max(0.0, 1.0 - a), B, 1.0, L0, 1.0, None, None, None)
-    if loss == "logistic":
-        lo = _log1p_m_exp(m, -a) / ln2
-        B = (_log1p_m_exp(m, a) - _log1p_m_exp(m, -a)) / ln2
-        omega = 1.0 / (ln2**2 * (1.0 + m * math.exp(-a)))
-        lip_mu = m * math.exp(R * R) / ((m + 1) * ln2)
-        return LossConstants(loss, m, R, T, lo, B, 1.0 / ln2, L0, omega, 1.0, 1.0 / ln2, lip_mu)
-    if loss == "lse":
-        omega = 1.0 / (1.0 + (m - 1) * math.exp(-a / T))
-        lip_mu = T * math.exp(R * R / T)
-        return LossConstants(loss, m, R, T, -a, 2.0 * a, 1.0, 1.0, omega, T, T, lip_mu)
-    lo = _log1p_m_exp(m, -a / T)
-    B = _log1p_m_exp(m, a / T) - lo
-    omega = 1.0 / (T * T * (1.0 + m * math.exp(-a / T)))
-    lip_mu = m * math.exp(R * R / T) / (m + 1)
-    return LossConstants(loss, m, R, T, lo, B, 1.0 / T, 1.0 / T, omega, T, 1.0, lip_mu)
 
 
 @dataclass(frozen=True)
