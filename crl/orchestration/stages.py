@@ -119,13 +119,11 @@ def run_cells(
     config_hash = config.hash()
     keys = cell.grid_keys(config)
     commit = runtime.git_commit()
-    todo = [k for k in keys if not _complete(paths.cell(k.cell_id(config_hash)), 1)]
-    done = [paths.cell(k.cell_id(config_hash)) for k in keys if k not in set(todo)]
-    stale = [
-        k
-        for k in keys
-        if k not in set(todo) and _other_commit(paths.cell(k.cell_id(config_hash)), commit)
-    ]
+    files = {k: paths.cell(k.cell_id(config_hash)) for k in keys}
+    todo = [k for k in keys if not _complete(files[k], 1)]
+    missing = set(todo)
+    done = [k for k in keys if k not in missing]
+    stale = [k for k in done if _other_commit(files[k], commit)]
     if stale and recompute_stale:
         todo += stale
         sys.stderr.write(f"crl: recomputing {len(stale)} cells computed at another commit\n")

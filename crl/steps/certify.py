@@ -66,7 +66,10 @@ def bound_columns(
     g_m = certified.gamma_m(stats, consts, d, level)
     g_s = certified.gamma_s(stats, consts, d, level)
     g_e = certified.gamma_e(stats.n, m, stats.p, consts, d, level)
-    inner_lse = certified.lse_inner_bound(m, R, temperature) if loss == "lse" else None
+    # LSE in one_negative/scrl: Li et al.'s L(s) exceeds L_m by at most this (Thm 5.1); in sscrl
+    # the inner part is sscrl_inner, which targets L(s) directly
+    lse_scrl = loss == "lse" and not shared
+    inner_lse = certified.lse_inner_bound(m, R, temperature) if lse_scrl else None
     inner_sscrl = certified.sscrl_inner(consts, level) if shared else None
     if shared:
         compared, upper_extra = gap_outer, 0.0
@@ -94,7 +97,7 @@ def bound_columns(
         row[f"{name}_concentration_term"] = cert.concentration_term
         row[f"{name}_holds"] = _holds(compared, cert.value, cert.value + upper_extra)
     row["gamma_S_route"], row["gamma_E_route"] = g_s.route, g_e.route
-    row["lse_inner_bound"] = inner_lse if not shared else None
+    row["lse_inner_bound"] = inner_lse
     row["sscrl_inner"] = inner_sscrl
     row["sscrl_inner_reason"] = (
         NOT_SSCRL if not shared else (HINGE_NO_INNER if inner_sscrl is None else None)
