@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
@@ -89,7 +90,34 @@ class ParquetData(_Strict):
         return self
 
 
-Dataset = Annotated[SyntheticData | DigitsData | ParquetData, Field(discriminator="kind")]
+class PairedGaussianData(_Strict):
+    """Li et al.'s paired two-modality Gaussian in canonical form (MSTAR-DESIGN.md):
+    x ~ N(0, I_p), y = V (rho * U^T x + sqrt(1 - rho^2) eps), with Haar-random U, V when
+    `rotate`. Its Bayes score, population LSE risk and L* are exact; cells draw fresh pairs and
+    score every fitted model on one seeded set of `eval_triples` (x, y, y') triples."""
+
+    kind: Literal["paired_gaussian"]
+    correlations: list[Annotated[float, Field(gt=0, lt=1)]] = [0.9, 0.7, 0.5, 0.3]
+    rotate: bool = True
+    eval_triples: int = Field(300_000, ge=100)
+
+    @field_validator("correlations")
+    @classmethod
+    def _non_empty(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+
+Dataset = Annotated[
+    SyntheticData | DigitsData | ParquetData | PairedGaussianData, Field(discriminator="kind")
+]
+PAIRED_KINDS: tuple[str, ...] = ("paired_gaussian",)
+
+
+def is_paired(dataset: object) -> bool:
+    """Whether a dataset is a paired two-modality source (the score model s = x^T M y - y^T B y)."""
+    return getattr(dataset, "kind", None) in PAIRED_KINDS
 
 
 class EncoderConfig(_Strict):
@@ -102,13 +130,24 @@ class EncoderConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """The class F = {x -> W phi(x) : ||W||_F <= R} with ||phi(x)|| <= 1, so sup ||f(x)|| <= R."""
+    """The class F = {x -> W phi(x) : ||W||_F <= R} with ||phi(x)|| <= 1, so sup ||f(x)|| <= R;
+    for paired data the score model s(x, y) = x^T M y - y^T B y with ||(M, B)||_F <= R.
+
+    solver "adam": `steps` projected Adam steps on minibatches of `batch`; "apg": accelerated
+    projected gradient on the whole sample until the gradient-mapping norm is below `tol` (at
+    most `max_iter` iterations), so that n is not confounded with a training budget.
+    `R_times_bayes` (paired_gaussian only) sets R to that multiple of the Bayes score's norm.
+    """
 
     d: int = Field(16, ge=1)
     R: float = Field(1.0, gt=0)
+    R_times_bayes: float | None = Field(None, gt=0)
+    solver: Literal["adam", "apg"] = "adam"
     steps: int = Field(100, ge=0)
     batch: int = Field(128, ge=1)
     lr: float = Field(0.05, gt=0)
+    tol: float = Field(1e-5, gt=0)
+    max_iter: int = Field(4000, ge=1)
 
 
 class GridConfig(_Strict):
@@ -119,6 +158,9 @@ class GridConfig(_Strict):
     m: list[Annotated[int, Field(ge=1)]]
     n: list[Annotated[int, Field(ge=1)]]
     seeds: list[int] = [0]
+    # cells kept: m <= m_max_over_n * n, and n * m <= scrl_max_negatives for scrl cells
+    m_max_over_n: float | None = Field(None, gt=0)
+    scrl_max_negatives: int | None = Field(None, ge=1)
 
     @field_validator("regimes", "losses", "m", "n", "seeds")
     @classmethod
@@ -139,6 +181,24 @@ class GridConfig(_Strict):
         return self
 
 
+MStarMetric = Literal["excess_auc", "excess_risk", "auc_error", "probe_error", "classifier_error"]
+M_STAR_METRICS: tuple[str, ...] = get_args(MStarMetric)
+
+
+class MStarConfig(_Strict):
+    """The critical number of negatives m*(n) (MSTAR-DESIGN.md section 3): per n, the smallest m
+    after which the seed-mean metric (lower is better) stays within (1 + delta) of its plateau
+    (the mean over the two largest m), with a bootstrap over seeds; the exponent of m* ~ n^a by
+    log-log least squares refitted in every replicate; a sensitivity row per `deltas` entry.
+    `metrics` None: excess_auc for paired_gaussian data, auc_error (1 - retrieval AUC) else."""
+
+    metrics: list[MStarMetric] | None = None
+    delta: float = Field(0.25, gt=0)
+    deltas: list[Annotated[float, Field(gt=0)]] = [0.1, 0.25, 0.5]
+    bootstrap: int = Field(1000, ge=0)
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+
 class EvalConfig(_Strict):
     """How a fitted cell is evaluated: held-out loss, R_S(F) draws, bounds, downstream."""
 
@@ -149,9 +209,7 @@ class EvalConfig(_Strict):
     probe_points: int = Field(4000, ge=2)
     rademacher_draws: int = Field(64, ge=2)
     pool_bootstrap: int = Field(200, ge=0)
-    performance_metric: Literal[
-        "retrieval_auc", "linear_probe_accuracy", "mean_classifier_accuracy"
-    ] = "retrieval_auc"
+    m_star: MStarConfig = MStarConfig()
 
 
 class RuntimeConfig(_Strict):
@@ -171,6 +229,25 @@ class Config(_Run):
     grid: GridConfig
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+
+    @model_validator(mode="after")
+    def _paired_model(self) -> Config:
+        paired = is_paired(self.dataset)
+        if self.model.R_times_bayes is not None and self.dataset.kind != "paired_gaussian":
+            raise ValueError("model.R_times_bayes: only for dataset.kind paired_gaussian")
+        if paired and self.model.solver != "apg":
+            raise ValueError("model.solver: the paired score model is fitted by 'apg' only")
+        if paired and set(self.grid.losses) != {"lse"}:
+            raise ValueError(f"grid.losses: paired data takes ['lse'] (got {self.grid.losses})")
+        if paired and "one_negative" in self.grid.regimes:
+            raise ValueError("grid.regimes: paired data takes scrl and sscrl")
+        return self
+
+    def m_star_metrics(self) -> list[str]:
+        """The metrics whose m*(n) the fits table reports (eval.m_star.metrics or the default)."""
+        if self.eval.m_star.metrics is not None:
+            return list(self.eval.m_star.metrics)
+        return ["excess_auc"] if self.dataset.kind == "paired_gaussian" else ["auc_error"]
 
 
 def objectives(grid: GridConfig) -> list[tuple[str, str]]:
@@ -203,7 +280,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-DATASET_KINDS: tuple[str, ...] = ("synthetic", "digits", "parquet")
+DATASET_KINDS: tuple[str, ...] = ("synthetic", "digits", "parquet", "paired_gaussian")
 
 
 def _field_path(loc: tuple) -> str:
@@ -225,6 +302,9 @@ def _format_error(err: ValidationError) -> str:
     elif first["type"] == "missing":
         message = "required key is missing"
     value = first.get("input")
+    named = re.match(r"^Value error, ([A-Za-z_][\w.]*): (.*)$", message)
+    if not field and named:  # a cross-field rule of the whole config names its own field
+        field, message, value = named.group(1), named.group(2), {}
     shown = (
         ""
         if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict)

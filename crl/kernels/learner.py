@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from crl.kernels import losses
+from crl.kernels.solver import Solution, SolverSpec, apg, autograd, project_ball
 
 __all__ = [
     "FitSpec",
@@ -18,6 +19,7 @@ __all__ = [
     "Views",
     "draw",
     "fit",
+    "fit_to_tolerance",
     "objective",
     "per_anchor_loss",
     "project",
@@ -151,6 +153,44 @@ def fit(
         with torch.no_grad():
             weight.copy_(project(weight, spec.radius))
     return weight.detach()
+
+
+def fit_to_tolerance(
+    views: Views,
+    sample: Sample,
+    spec: FitSpec,
+    loss: str,
+    temperature: float,
+    gen: torch.Generator,
+    solver: SolverSpec,
+) -> tuple[torch.Tensor, Solution]:
+    """Accelerated projected gradient on the whole sample's mean loss until the gradient-mapping
+    norm is below `solver.tol` (crl.kernels.solver): the training budget does not depend on n.
+
+    f(x)^T f(y) is not convex in W and W = 0 is a stationary point, so the start is the same
+    seeded random W as `fit`'s; the result is a constrained stationary point. Returns W (d, p).
+    """
+    p = views.anchor.shape[1]
+    init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=torch.float64)
+    fa_rows = views.anchor[sample.anchors].double()  # (n, p)
+    fp_rows = views.positive[sample.positives].double()  # (n, p)
+    fn_rows = views.negative[sample.negatives].double()  # (m, p) shared or (n, m, p) own
+
+    def mean_loss(flat: torch.Tensor) -> torch.Tensor:
+        weight = flat.reshape(spec.d, p)
+        fa, fp, fn = fa_rows @ weight.T, fp_rows @ weight.T, fn_rows @ weight.T
+        return objective(fa, fp, fn, sample.shared, loss, temperature).mean()
+
+    value, value_and_grad = autograd(mean_loss)
+    solution = apg(
+        value,
+        value_and_grad,
+        lambda flat: project_ball(flat, spec.radius),
+        init.reshape(-1),
+        solver,
+    )
+    weight = solution.params.reshape(spec.d, p).to(views.anchor.dtype)
+    return weight, solution
 
 
 @torch.no_grad()

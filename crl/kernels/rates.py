@@ -1,5 +1,5 @@
 """Rate shapes in m (negatives per anchor) and n (anchors), fitted to measured gaps by least
-squares, and the critical number of negatives m*(n) (Li et al. 2026, THEORY.md section B).
+squares (the critical number of negatives m*(n) is crl.kernels.saturation).
 
 Rate shapes, each `c + sum of slope * basis(m, n)` with slopes >= 0:
     scrl       c + a / m + b / sqrt(n)             Li et al., SCRL: O(1/m + sqrt(log(1/delta)/n))
@@ -25,9 +25,7 @@ __all__ = [
     "RATE_SHAPES",
     "PowerFit",
     "RateFit",
-    "critical_m",
     "LogLogSlopes",
-    "fit_exponent",
     "fit_loglog_slopes",
     "fit_power",
     "fit_rate",
@@ -211,41 +209,6 @@ def fit_power(m: object, n: object, gap: object) -> PowerFit:
     return PowerFit(
         alpha, beta, coefs, rss_best, _r2(y, rss_best), math.sqrt(rss_best / y.size), int(y.size)
     )
-
-
-def critical_m(m_values: object, perf: object, tol: float = 0.01) -> float:
-    """Saturation point m*(n): the smallest m with perf >= max(perf) - tol * (max - min).
-
-    Higher perf is better. Shape: m_values, perf (K,).
-    """
-    m_ = np.atleast_1d(np.asarray(m_values, dtype=np.float64))
-    y = np.atleast_1d(np.asarray(perf, dtype=np.float64))
-    if m_.ndim != 1 or m_.size == 0 or y.shape != m_.shape:
-        raise ValueError(f"perf has shape {y.shape}: expected the shape of m_values, {m_.shape}")
-    if not (np.all(np.isfinite(m_)) and np.all(np.isfinite(y))):
-        raise ValueError("m_values and perf: expected finite values")
-    if not (math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol={tol!r}: expected a finite number >= 0")
-    threshold = y.max() - tol * (y.max() - y.min())
-    return float(m_[y >= threshold].min())
-
-
-def fit_exponent(n_values: object, m_star: object) -> tuple[float, float]:
-    """Log-log least squares m* ~ coef n^exponent (the paper reports m* ~ n^0.94).
-
-    Pairs with a non-finite or non-positive value are ignored; (NaN, NaN) when fewer than two
-    distinct n remain. Shape: n_values, m_star (K,).
-    """
-    n_ = np.atleast_1d(np.asarray(n_values, dtype=np.float64))
-    y = np.atleast_1d(np.asarray(m_star, dtype=np.float64))
-    if n_.ndim != 1 or y.shape != n_.shape:
-        raise ValueError(f"m_star has shape {y.shape}: expected the shape of n_values, {n_.shape}")
-    keep = np.isfinite(n_) & np.isfinite(y) & (n_ > 0) & (y > 0)
-    log_n, log_m = np.log(n_[keep]), np.log(y[keep])
-    if np.unique(log_n).size < 2:
-        return math.nan, math.nan
-    exponent, intercept = np.polyfit(log_n, log_m, 1)
-    return float(math.exp(intercept)), float(exponent)
 
 
 @dataclass(frozen=True)

@@ -76,10 +76,19 @@ def aggregate(
     config: crl_config.Config, paths: RunPaths, cell_files: list[Path]
 ) -> tuple[int, int]:
     prov = runtime.provenance(config.hash(), config.run_id())
-    out = tables.write_grid_tables(
-        cell_files, paths.tables, paths.staging, prov, config.eval.performance_metric
+    ms = config.eval.m_star
+    spec = tables.MStarSpec(
+        tuple(config.m_star_metrics()),
+        ms.delta,
+        tuple(ms.deltas),
+        ms.bootstrap,
+        ms.confidence,
+        config.seed,
     )
-    flags = [c for c in tables.BOUND_HOLDS if c in out["cells"].columns]
+    out = tables.write_grid_tables(cell_files, paths.tables, paths.staging, prov, spec)
+    flags = [c for c in tables.CHECKED_HOLDS if c in out["cells"].columns]
+    if not flags:
+        return 0, 0
     checked = pl.concat([out["cells"][c].drop_nulls().cast(pl.Int64) for c in flags])
     return checked.len(), int(checked.sum() or 0)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crl.core.config import CheckConfig, Config
+from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
-from crl.steps import cell, check_unit, data
+from crl.steps import cell, check_unit, data, paired_cell
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import Embedder, features_path
 from crl.steps.features import load_features, tau_of
@@ -52,7 +52,10 @@ def _raise_failures(stage: str, results: list) -> None:
 
 
 def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
-    """Write every missing data shard. Returns shards written."""
+    """Write every missing data shard (none for paired data, drawn in the cells). Returns shards
+    written."""
+    if is_paired(config.dataset):
+        return 0
     sizes = data.split_sizes(config.dataset)
     plan = data.shard_plan(config.dataset, sizes)
     todo = [s for s in plan if not _complete(data.shard_path(paths.data, s), s.rows)]
@@ -64,6 +67,8 @@ def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
 
 def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
     """Run the frozen encoder over every shard without features. Returns shards written."""
+    if is_paired(config.dataset):
+        return 0
     shards = sorted(paths.data.glob("split=*/part-*.parquet"))
     rows = {s: pq.read_metadata(s).num_rows for s in shards}
     todo = [
@@ -105,6 +110,16 @@ def _other_commit(path: Path, commit: str) -> bool:
     return written != commit
 
 
+def _cell_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
+    """The shared part of every cell: the features and tau, or the paired source."""
+    if is_paired(config.dataset):
+        source = paired_cell.source(config)
+        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, source)
+    features = load_features(paths.features)
+    tau = tau_of(config, features.train.labels)
+    return cell.CellJob(config, features, tau, paths.cells, paths.staging, commit)
+
+
 def run_cells(
     config: Config,
     paths: RunPaths,
@@ -134,15 +149,7 @@ def run_cells(
         )
     failures: list[dict] = []
     if todo:
-        features = load_features(paths.features)
-        job = cell.CellJob(
-            config,
-            features,
-            tau_of(config, features.train.labels),
-            paths.cells,
-            paths.staging,
-            commit,
-        )
+        job = _cell_job(config, paths, commit)
         results = executor.map(
             cell.run_and_write,
             todo,

@@ -16,10 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from crl.core.config import Config, SyntheticData, objectives
+from crl.core.config import Config, GridConfig, SyntheticData, objectives
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator, short_hash
-from crl.steps import certify, data, sampling
+from crl.kernels.solver import SolverSpec
+from crl.steps import certify, data, paired_cell, sampling
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import build
 from crl.steps.features import Features
@@ -45,8 +46,19 @@ def grid_keys(config: Config) -> list[CellKey]:
         for regime, loss in objectives(g)
         for m in g.m
         for n in g.n
+        if _kept(g, regime, m, n)
         for seed in g.seeds
     ]
+
+
+def _kept(grid: GridConfig, regime: str, m: int, n: int) -> bool:
+    """Whether (m, n) is inside the grid's limits: m <= m_max_over_n * n, and n m <=
+    scrl_max_negatives for scrl (whose negatives take memory n m)."""
+    if grid.m_max_over_n is not None and m > grid.m_max_over_n * n:
+        return False
+    return not (
+        regime == "scrl" and grid.scrl_max_negatives is not None and n * m > grid.scrl_max_negatives
+    )
 
 
 def _rademacher(
@@ -98,7 +110,19 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     source = population(config, features)
     draw = source.train(key.n, key.m, key.regime == "sscrl", gen)
     spec = learner.FitSpec(model.d, model.R, model.steps, model.batch, model.lr)
-    weight = learner.fit(draw.views, draw.sample, spec, key.loss, ev.temperature, gen)
+    fitted = {"solver_iterations": model.steps, "solver_criterion": None, "solver_converged": None}
+    if model.solver == "apg":
+        solver = SolverSpec(model.tol, model.max_iter)
+        weight, solution = learner.fit_to_tolerance(
+            draw.views, draw.sample, spec, key.loss, ev.temperature, gen, solver
+        )
+        fitted = {
+            "solver_iterations": solution.iterations,
+            "solver_criterion": solution.criterion,
+            "solver_converged": solution.converged,
+        }
+    else:
+        weight = learner.fit(draw.views, draw.sample, spec, key.loss, ev.temperature, gen)
     train_terms = learner.per_anchor_loss(weight, draw.views, draw.sample, key.loss, ev.temperature)
     train_loss = float(train_terms.mean())
 
@@ -142,6 +166,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     n_rows = draw.sample.anchors.numel() * (2 + key.m)
     row = {
         "cell_id": cell_id,
+        "family": "unimodal",
         "regime": key.regime,
         "loss": key.loss,
         "m": key.m,
@@ -157,6 +182,8 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "test_loss_ci": test_ci,
         "test_anchors": n_test,
         "gap": gap,
+        "solver": model.solver,
+        **fitted,
         **shared,
         **lse,
         "rademacher": rad.value,
@@ -259,20 +286,27 @@ def _downstream(
 
 @dataclass(frozen=True)
 class CellJob:
-    """What every cell of a run shares: the config, the features, tau and where rows go."""
+    """What every cell of a run shares: the config, the features and tau (single-modality
+    data) or the paired source (paired data), and where rows go."""
 
     config: Config
-    features: Features
+    features: Features | None
     tau: float | None
     cells_dir: Path
     staging: Path
     git_commit: str = "unknown"
+    paired: paired_cell.PairedSource | None = None
 
 
 def run_and_write(key: CellKey, job: CellJob) -> dict:
     """The step of the cells stage: compute one cell and write its row atomically, with the
     commit of the code that computed it (`cell_git_commit`)."""
-    row = run_cell(job.config, key, job.features, job.tau)
+    if job.paired is not None:
+        row = paired_cell.run_paired_cell(
+            job.config, key, key.cell_id(job.config.hash()), job.paired
+        )
+    else:
+        row = run_cell(job.config, key, job.features, job.tau)
     row["cell_git_commit"] = job.git_commit
     row["dataset"] = job.config.dataset.kind
     path = job.cells_dir / f"{row['cell_id']}.parquet"

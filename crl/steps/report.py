@@ -10,10 +10,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
+from crl.steps import report_saturation as saturation  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 
 METRICS = ["mean_classifier_accuracy", "linear_probe_accuracy", "retrieval_auc"]
@@ -153,13 +155,27 @@ def plot_downstream_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> No
 
 def plot_m_star(fits: pl.DataFrame, path: Path, staging: Path) -> bool:
     """m*(n) per (regime, loss) on log axes; False (nothing drawn) when there is no m* row."""
-    points = fits.filter(pl.col("kind") == "m_star")
+    points = fits.filter((pl.col("kind") == "m_star") & pl.col("primary").fill_null(False))
     if points.is_empty():
         return False
     fig, ax = plt.subplots(figsize=(5, 4))
-    for (regime, loss), sub in points.group_by(["regime", "loss"], maintain_order=True):
-        ax.plot(sub["n"].to_list(), sub["m_star"].to_list(), marker="o", label=f"{regime}/{loss}")
-    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="m*(n)", title="critical negatives")
+    for (regime, loss, metric), sub in points.group_by(
+        ["regime", "loss", "shape"], maintain_order=True
+    ):
+        value = sub["m_star"].to_numpy()
+        below = (value - sub["m_star_lo"].to_numpy()).clip(0)
+        above = (sub["m_star_hi"].to_numpy() - value).clip(0)
+        ax.errorbar(
+            sub["n"].to_list(),
+            value,
+            yerr=[np.nan_to_num(below), np.nan_to_num(above)],
+            marker="o",
+            capsize=3,
+            label=f"{regime}/{loss} ({metric})",
+        )
+    delta = points["delta"][0]
+    title = f"critical negatives (delta = {delta:g}, 95% bootstrap CI)"
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="m*(n)", title=title)
     ax.legend(fontsize=7)
     _save(fig, path, staging)
     return True
@@ -194,11 +210,76 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}img{{max-width:10
 </body></html>""".encode()
 
 
+def build_paired(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> Path:
+    """The paired grid's page: m*(n) figures, the generated finding, the m* and gap tables."""
+
+    def save(fig: plt.Figure, path: Path) -> None:
+        _save(fig, path, staging)
+
+    images, findings = [], []
+    metrics = fits.filter(pl.col("kind") == "m_star")["shape"].unique(maintain_order=True)
+    for metric in metrics.to_list():
+        saturation.plot_curves(summary, fits, metric, out / f"{metric}_vs_m.png", save)
+        saturation.plot_m_star(fits, metric, out / f"m_star_{metric}.png", save)
+        images += [f"{metric}_vs_m.png", f"m_star_{metric}.png"]
+        findings.append(saturation.finding(fits, summary, metric))
+    saturation.plot_exact_gap(summary, out / "exact_gap_vs_m.png", save)
+    images.append("exact_gap_vs_m.png")
+    prov = summary.row(0, named=True)
+    star_view = fits.filter(pl.col("kind").is_in(["m_star", "m_star_exponent"])).select(
+        [
+            "regime",
+            "kind",
+            "shape",
+            "delta",
+            "n",
+            "m_star",
+            "m_star_lo",
+            "m_star_hi",
+            "exponent",
+            "exponent_lo",
+            "exponent_hi",
+            "plateau",
+            "seeds",
+        ]
+    )
+    cells_view = summary.select([c for c in PAIRED_HEADLINE if c in summary.columns])
+    body = f"""<h2>Finding</h2>{"".join(findings)}
+{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
+<h2>m*(n) and its exponent, every delta</h2>{_html_table(star_view, limit=200)}
+<h2>Cells (means over seeds)</h2>{_html_table(cells_view, limit=400)}"""
+    write_bytes_atomic(_page(f"crl run {prov['run_id']}", prov, body), out / "index.html", staging)
+    return out / "index.html"
+
+
+PAIRED_HEADLINE = [
+    "regime",
+    "m",
+    "n",
+    "seeds",
+    "excess_auc_mean",
+    "excess_auc_seed_ci",
+    "excess_auc_se_mean",
+    "excess_risk_mean",
+    "gap_mean",
+    "train_loss_mean",
+    "risk_finite_fraction",
+    "calibration_slack_mean",
+    "calibration_holds_fraction",
+    "solver_iterations_mean",
+    "solver_converged_fraction",
+    "on_boundary_fraction",
+    "wall_seconds_mean",
+]
+
+
 def build(tables: Path, out: Path, staging: Path) -> Path:
     """Render every plot and report/index.html from tables/*.parquet. Returns the page's path."""
     summary = pl.read_parquet(tables / "summary.parquet")
     fits = pl.read_parquet(tables / "fits.parquet")
     out.mkdir(parents=True, exist_ok=True)
+    if "excess_auc_mean" in summary.columns:
+        return build_paired(summary, fits, out, staging)
     plot_gap(summary, out / "gap_vs_n.png", staging, "n")
     plot_gap(summary, out / "gap_vs_m.png", staging, "m")
     plot_tightness(summary, out / "tightness.png", staging)

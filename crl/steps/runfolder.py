@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crl import checks
-from crl.core.config import CheckConfig, Config
+from crl.core.config import CheckConfig, Config, is_paired
 from crl.core.errors import ConfigError
 from crl.kernels.encoders import square_side
 from crl.steps import data
 from crl.steps.atomic import write_bytes_atomic
+from crl.steps.cell import grid_keys
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,38 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
 
     `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus is checked
     against them."""
+    if is_paired(config.dataset):
+        _check_paired_memory(config)
+    else:
+        _check_data(config)
+    if config.runtime.cell_cpus > (os.cpu_count() or 1) and local:
+        raise ConfigError(
+            f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "
+            f"machine has {os.cpu_count()}: no cell could ever be scheduled"
+        )
+    paths = RunPaths(writable(out) / config.run_id())
+    _writable_run_folder(paths)
+    paths.record(config)
+    return paths
+
+
+def _check_paired_memory(config: Config) -> None:
+    """Refuse a paired grid whose largest cell's negatives (and their weights) cannot fit."""
+    p = len(config.dataset.correlations)
+    keys = grid_keys(config)
+    if not keys:
+        raise ConfigError("config field grid.m: no (m, n) cell is inside the grid's limits")
+    needed = max(k.n * k.m * (p + 4) * 8 if k.regime == "scrl" else k.n * k.m * 32 for k in keys)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > total:
+        raise ConfigError(
+            f"config field grid.m: the largest paired cell needs about {needed / 2**30:.0f} GiB; "
+            f"this machine has {total / 2**30:.0f} GiB (grid.scrl_max_negatives caps scrl cells)"
+        )
+
+
+def _check_data(config: Config) -> None:
+    """The checks of a data source with shards: sizes, shards, cell memory, encoder input."""
     sizes = data.split_sizes(config.dataset)
     if max(config.grid.n) > sizes["train"]:
         raise ConfigError(
@@ -129,11 +162,6 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
             f"{min(sizes.values())} rows"
         )
     _check_cell_memory(config, data.input_width(config.dataset))
-    if config.runtime.cell_cpus > (os.cpu_count() or 1) and local:
-        raise ConfigError(
-            f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "
-            f"machine has {os.cpu_count()}: no cell could ever be scheduled"
-        )
     if config.encoder.kind == "small_cnn":
         width = data.input_width(config.dataset)
         try:
@@ -143,10 +171,6 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
                 f"config field encoder.kind: small_cnn needs square images, but the dataset's "
                 f"inputs have {width} values per row"
             ) from None
-    paths = RunPaths(writable(out) / config.run_id())
-    _writable_run_folder(paths)
-    paths.record(config)
-    return paths
 
 
 def _writable_run_folder(paths: RunFolder) -> None:

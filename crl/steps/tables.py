@@ -6,13 +6,14 @@ Every table carries the provenance columns (run_id, config_hash, crl_version, gi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from crl.core.provenance import PROVENANCE_COLUMNS
-from crl.kernels import rates, stats
+from crl.kernels import rates, saturation, stats
 from crl.steps.atomic import write_parquet_atomic
 
 KEYS = ["dataset", "regime", "loss", "m", "n"]
@@ -46,11 +47,42 @@ SUMMARISED = [
     "top1_accuracy",
     "linear_probe_accuracy",
     "retrieval_auc",
+    # paired cells (crl.steps.paired_cell)
+    "excess_auc",
+    "excess_auc_se",
+    "auc_star",
+    "excess_risk",
+    "risk_star",
+    "calibration_rhs",
+    "calibration_slack",
+    "solver_iterations",
+    "solver_criterion",
+    "theta_norm",
     "bounds_seconds",
     "wall_seconds",
 ]
 BOUND_HOLDS = ["gamma_m_holds", "gamma_S_holds", "gamma_E_holds", "sscrl_total_holds"]
-HOLDS = [*BOUND_HOLDS, "transfer_holds", "certified"]
+# the inequalities every cell checks: the certified bounds and Li et al.'s calibration (paired)
+CHECKED_HOLDS = [*BOUND_HOLDS, "calibration_holds"]
+HOLDS = [
+    *BOUND_HOLDS,
+    "transfer_holds",
+    "certified",
+    "calibration_holds",
+    "risk_finite",
+    "solver_converged",
+    "on_boundary",
+]
+FIRST = ["family", "sampling", "tau", "bounds_note"]  # constant within a (key) group
+MEANS = ["test_loss_ci", "rademacher_ci", "test_loss_pool_ci"]  # mean intervals over seeds
+# m* metrics (lower is better) as expressions over the cells table
+M_STAR_METRICS = {
+    "excess_auc": pl.col("excess_auc"),
+    "excess_risk": pl.col("excess_risk"),
+    "auc_error": 1.0 - pl.col("retrieval_auc"),
+    "probe_error": 1.0 - pl.col("linear_probe_accuracy"),
+    "classifier_error": 1.0 - pl.col("mean_classifier_accuracy"),
+}
 SLOPE_QUANTITIES = ["gap", "gamma_m", "gamma_S", "gamma_E", "best_bound"]
 FITS_SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
@@ -66,7 +98,15 @@ FITS_SCHEMA = {
     "alpha": pl.Float64,
     "beta": pl.Float64,
     "exponent": pl.Float64,
+    "exponent_lo": pl.Float64,
+    "exponent_hi": pl.Float64,
+    "delta": pl.Float64,
+    "primary": pl.Boolean,
     "m_star": pl.Float64,
+    "m_star_lo": pl.Float64,
+    "m_star_hi": pl.Float64,
+    "plateau": pl.Float64,
+    "seeds": pl.Int64,
     "slope_m": pl.Float64,
     "slope_n": pl.Float64,
     "r2": pl.Float64,
@@ -92,38 +132,35 @@ def collect_cells(cell_files: list[Path], provenance: dict[str, str]) -> pl.Data
 
 def summarise(cells: pl.DataFrame) -> pl.DataFrame:
     """Mean, std and 95% t-interval half-width over seeds for each (dataset, regime, loss, m, n)."""
+    present = [c for c in SUMMARISED if c in cells.columns]
     aggs = [pl.len().alias("seeds")]
-    for col in SUMMARISED:
+    for col in present:
         aggs += [
             pl.col(col).cast(pl.Float64).mean().alias(f"{col}_mean"),
             pl.col(col).cast(pl.Float64).std().alias(f"{col}_std"),
         ]
+    columns = set(cells.columns)
     aggs += [
-        *(pl.col(h).cast(pl.Float64).mean().alias(f"{h}_fraction") for h in HOLDS),
-        pl.col("sampling").first().alias("sampling"),
-        pl.col("tau").first().alias("tau"),
-        pl.col("test_loss_ci").mean().alias("test_loss_ci_mean"),
-        pl.col("rademacher_ci").mean().alias("rademacher_ci_mean"),
-        pl.col("test_loss_pool_ci").cast(pl.Float64).mean().alias("test_loss_pool_ci_mean"),
+        *(pl.col(h).cast(pl.Float64).mean().alias(f"{h}_fraction") for h in HOLDS if h in columns),
+        *(pl.col(c).first().alias(c) for c in FIRST if c in columns),
+        *(pl.col(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in MEANS if c in columns),
     ]
     out = cells.group_by([*PROVENANCE_COLUMNS, *KEYS], maintain_order=True).agg(aggs).sort(KEYS)
     t = pl.col("seeds").map_elements(
         lambda k: stats.t_quantile(0.95, k - 1), return_dtype=pl.Float64
     )
     return out.with_columns(
-        [
-            (t * pl.col(f"{c}_std") / pl.col("seeds").sqrt()).alias(f"{c}_seed_ci")
-            for c in SUMMARISED
-        ]
+        [(t * pl.col(f"{c}_std") / pl.col("seeds").sqrt()).alias(f"{c}_seed_ci") for c in present]
     )
 
 
-def _fit_rows(group: pl.DataFrame, performance: str) -> list[dict]:
+def _fit_rows(group: pl.DataFrame) -> list[dict]:
     m = group["m"].to_numpy().astype(np.float64)
     n = group["n"].to_numpy().astype(np.float64)
-    gap = group["gap_mean"].to_numpy().astype(np.float64)
     rows: list[dict] = []
     for quantity in SLOPE_QUANTITIES:  # the shape in m and n of the gap and of each bound
+        if f"{quantity}_mean" not in group.columns:  # no bounds (paired Gaussian cells)
+            continue
         slopes = rates.fit_loglog_slopes(m, n, group[f"{quantity}_mean"].abs().to_numpy())
         if math.isfinite(slopes.coef_c):  # enough points for the axes that vary
             rows.append(
@@ -137,6 +174,11 @@ def _fit_rows(group: pl.DataFrame, performance: str) -> list[dict]:
                     "points": slopes.n_points,
                 }
             )
+    # rate shapes over the cells with a finite mean gap (a paired cell's exact gap is +inf
+    # where L(s) is)
+    finite = group.filter(pl.col("gap_mean").cast(pl.Float64).is_finite())
+    m, n = finite["m"].to_numpy().astype(np.float64), finite["n"].to_numpy().astype(np.float64)
+    gap = finite["gap_mean"].to_numpy().astype(np.float64)
     for shape in rates.RATE_SHAPES:
         if len(gap) < 3:
             break
@@ -165,37 +207,100 @@ def _fit_rows(group: pl.DataFrame, performance: str) -> list[dict]:
                 **{f"coef_{k}": v for k, v in power.coefs.items()},
             }
         )
-    per_n = []
-    for (n_value,), sub in group.sort("m").group_by(["n"], maintain_order=True):
-        if sub.height < 2:
-            continue
-        m_star = rates.critical_m(sub["m"].to_numpy(), sub[f"{performance}_mean"].to_numpy())
-        per_n.append((float(n_value), m_star))
-        rows.append({"kind": "m_star", "shape": performance, "n": int(n_value), "m_star": m_star})
-    if len(per_n) >= 2:
-        coef, exponent = rates.fit_exponent(
-            np.array([p[0] for p in per_n]), np.array([p[1] for p in per_n])
-        )
-        rows.append(
-            {
-                "kind": "m_star_exponent",
-                "shape": "m*=c*n^e",
-                "coef_c": coef,
-                "exponent": exponent,
-                "points": len(per_n),
-            }
-        )
     return rows
 
 
-def fits(summary: pl.DataFrame, performance: str) -> pl.DataFrame:
+@dataclass(frozen=True)
+class MStarSpec:
+    """Which m* the fits table reports: metrics (names of M_STAR_METRICS), the primary delta and
+    the sensitivity deltas, bootstrap replicates, confidence and the bootstrap's seed."""
+
+    metrics: tuple[str, ...]
+    delta: float
+    deltas: tuple[float, ...]
+    replicates: int
+    confidence: float
+    seed: int
+
+
+def _curves(cells: pl.DataFrame, metric: str) -> tuple[np.ndarray, list]:
+    """Per n: the m grid and the (seeds, m) matrix of the metric; an m where some seed is not
+    finite (an infinite excess risk) is left out whole, since its seed mean is not finite."""
+    values = cells.with_columns(M_STAR_METRICS[metric].cast(pl.Float64).alias("_metric"))
+    n_values, curves = [], []
+    for (n_value,), sub in values.sort("n").group_by(["n"], maintain_order=True):
+        wide = sub.pivot(on="m", index="seed", values="_metric", aggregate_function="first")
+        m_cols = sorted((c for c in wide.columns if c != "seed"), key=int)
+        matrix = wide.select(m_cols).to_numpy().astype(np.float64)  # (seeds, K)
+        keep = np.all(np.isfinite(matrix), axis=0)
+        if keep.sum() < 3:  # the rule needs a plateau (two points) and one more
+            continue
+        m_grid = np.array([int(c) for c in m_cols], dtype=np.float64)[keep]
+        n_values.append(float(n_value))
+        curves.append((m_grid, matrix[:, keep]))
+    return np.array(n_values), curves
+
+
+def m_star_rows(cells: pl.DataFrame, spec: MStarSpec) -> list[dict]:
+    """m*(n) with bootstrap intervals and the exponent of m* ~ n^a, per metric and delta."""
+    rows: list[dict] = []
+    for metric in spec.metrics:
+        needed = M_STAR_METRICS[metric].meta.root_names()
+        if not set(needed) <= set(cells.columns):
+            continue
+        n_values, curves = _curves(cells, metric)
+        if not curves:
+            continue
+        for delta in sorted({spec.delta, *spec.deltas}):
+            law = saturation.m_star_law(
+                n_values,
+                curves,
+                delta,
+                replicates=spec.replicates,
+                confidence=spec.confidence,
+                seed=spec.seed,
+            )
+            common = {"shape": metric, "delta": delta, "primary": delta == spec.delta}
+            for n_value, (m_grid, per_seed), est in zip(n_values, curves, law.per_n, strict=True):
+                rows.append(
+                    {
+                        **common,
+                        "kind": "m_star",
+                        "n": int(n_value),
+                        "m_star": est.value,
+                        "m_star_lo": est.lo,
+                        "m_star_hi": est.hi,
+                        "plateau": float(per_seed.mean(axis=0)[-2:].mean()),
+                        "seeds": int(per_seed.shape[0]),
+                        "points": int(m_grid.size),
+                    }
+                )
+            if len(n_values) >= 2:
+                rows.append(
+                    {
+                        **common,
+                        "kind": "m_star_exponent",
+                        "coef_c": law.coef,
+                        "exponent": law.exponent,
+                        "exponent_lo": law.exponent_lo,
+                        "exponent_hi": law.exponent_hi,
+                        "points": int(len(n_values)),
+                    }
+                )
+    return rows
+
+
+def fits(summary: pl.DataFrame, cells: pl.DataFrame, spec: MStarSpec) -> pl.DataFrame:
     """Rate-shape fits of mean gaps per (dataset, regime, loss), and m*(n) with its exponent."""
     prov = summary.select(PROVENANCE_COLUMNS).row(0, named=True)
     rows = []
     for (dataset, regime, loss), group in summary.group_by(
         ["dataset", "regime", "loss"], maintain_order=True
     ):
-        for row in _fit_rows(group, performance):
+        sub = cells.filter(
+            (pl.col("dataset") == dataset) & (pl.col("regime") == regime) & (pl.col("loss") == loss)
+        )
+        for row in [*_fit_rows(group), *m_star_rows(sub, spec)]:
             rows.append({**prov, "dataset": dataset, "regime": regime, "loss": loss, **row})
     return pl.from_dicts(rows, schema=FITS_SCHEMA)
 
@@ -205,12 +310,12 @@ def write_grid_tables(
     tables_dir: Path,
     staging: Path,
     provenance: dict[str, str],
-    performance: str,
+    m_star: MStarSpec,
 ) -> dict[str, pl.DataFrame]:
     """Build and atomically write cells, summary and fits from the cell files; returns them."""
     cells = collect_cells(cell_files, provenance)
     summary = summarise(cells)
-    fitted = fits(summary, performance)
+    fitted = fits(summary, cells, m_star)
     out = {"cells": cells, "summary": summary, "fits": fitted}
     for name, frame in out.items():
         write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)

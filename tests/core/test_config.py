@@ -112,3 +112,38 @@ def test_dataset_kind_is_not_in_the_field_path() -> None:
     }
     with pytest.raises(config.ConfigError, match=r"^config field dataset\.classes:"):
         config.validate(tree)
+
+
+LI2026 = REPO / "conf" / "li2026.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["model.solver=adam"], "model.solver"),
+        (["grid.losses=[lse, hinge]"], "grid.losses"),
+        (["grid.regimes=[one_negative, scrl]"], "grid.regimes"),
+        (["dataset.correlations=[0.5, 1.0]"], "dataset.correlations"),
+        (["dataset.correlations=[]"], "dataset.correlations"),
+        (["eval.m_star.metrics=[bogus]"], "eval.m_star.metrics"),
+        (["eval.m_star.delta=0"], "eval.m_star.delta"),
+        (["grid.m_max_over_n=0"], "grid.m_max_over_n"),
+    ],
+)
+def test_paired_config_errors_name_the_field(overrides: list[str], field: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.load(LI2026, overrides)
+    message = str(err.value)
+    assert field in message and "\n" not in message and "<root>" not in message
+
+
+def test_r_times_bayes_is_for_the_gaussian_only() -> None:
+    with pytest.raises(config.ConfigError, match="model.R_times_bayes"):
+        config.load(QUICKSTART, ["model.R_times_bayes=2"])
+
+
+def test_m_star_metrics_default_by_dataset() -> None:
+    assert config.load(LI2026).m_star_metrics() == ["excess_auc"]
+    assert config.load(QUICKSTART).m_star_metrics() == ["auc_error"]
+    chosen = config.load(QUICKSTART, ["eval.m_star.metrics=[probe_error, auc_error]"])
+    assert chosen.m_star_metrics() == ["probe_error", "auc_error"]

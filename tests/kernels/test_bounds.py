@@ -164,29 +164,6 @@ def test_fit_power_recovers_exponents(alpha: float, beta: float) -> None:
     assert bounds.fit_power(m, n, gap) == fit  # deterministic
 
 
-def test_critical_m_on_saturating_curve() -> None:
-    m = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], dtype=float)
-    perf = 0.9 - 0.5 * np.exp(-m / 10.0)  # saturates: range ~0.2, tol 1% -> within ~0.002
-    threshold = perf.max() - 0.01 * (perf.max() - perf.min())
-    expected = m[np.argmax(perf >= threshold)]
-    assert bounds.critical_m(m, perf) == expected == 64.0
-    assert bounds.critical_m(m[::-1], perf[::-1]) == 64.0  # order of the points does not matter
-    assert bounds.critical_m(m, perf, tol=0.5) < 64.0
-    assert bounds.critical_m(m, np.ones_like(m)) == 1.0  # flat: already saturated
-
-
-def test_fit_exponent() -> None:
-    n = np.array([100.0, 1000.0, 10000.0, 100000.0])
-    coef, exponent = bounds.fit_exponent(n, 0.4 * n**0.94)
-    assert coef == pytest.approx(0.4, rel=1e-10) and exponent == pytest.approx(0.94, rel=1e-12)
-    coef, exponent = bounds.fit_exponent(
-        np.append(n, [50.0, np.inf]), np.append(0.4 * n**0.94, [np.nan, 3.0])
-    )
-    assert exponent == pytest.approx(0.94, rel=1e-12)
-    assert all(math.isnan(v) for v in bounds.fit_exponent([100.0, 200.0], [5.0, np.nan]))
-    assert all(math.isnan(v) for v in bounds.fit_exponent([], []))
-
-
 # ---- bad inputs ----
 
 
@@ -225,9 +202,6 @@ def test_fit_exponent() -> None:
         (lambda: bounds.fit_rate("scrl", [1.0, 2.0], [4.0, 4.0], [0.1, 0.2]), "at least 3"),
         (lambda: bounds.fit_rate("lei", [1.0, 2.0], [4.0, 4.0], [0.1, np.nan]), "gap has"),
         (lambda: bounds.fit_power([1.0] * 4, [4.0] * 4, [0.1] * 4), "at least 5"),
-        (lambda: bounds.critical_m([1.0, 2.0], [0.5]), "perf has shape"),
-        (lambda: bounds.critical_m([1.0, 2.0], [0.5, 0.6], tol=-0.1), "tol=-0.1"),
-        (lambda: bounds.fit_exponent([1.0, 2.0], [0.5]), "m_star has shape"),
     ],
 )
 def test_bad_inputs(call, match: str) -> None:

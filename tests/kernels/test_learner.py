@@ -14,12 +14,14 @@ from crl.kernels.learner import (
     Views,
     draw,
     fit,
+    fit_to_tolerance,
     objective,
     per_anchor_loss,
     project,
     same_class_partner,
     scores,
 )
+from crl.kernels.solver import SolverSpec
 
 LOSSES = ("hinge", "logistic", "lse", "info_nce")
 
@@ -172,6 +174,25 @@ def test_fit_lowers_the_training_loss_on_an_easy_task(loss: str) -> None:
     after = per_anchor_loss(trained, views, sample, loss, 0.5).mean().item()
     assert after < before - 0.2, (before, after)
     assert torch.linalg.matrix_norm(trained).item() <= 2.0 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize(("loss", "shared"), [("logistic", False), ("lse", True), ("lse", False)])
+def test_fit_to_tolerance_reaches_a_stationary_point_below_adam(loss: str, shared: bool) -> None:
+    """The apg solver stops on its gradient-mapping tolerance, stays in the ball, and its mean
+    training loss is no higher than a fixed budget of Adam steps from the same start."""
+    views = _easy_views()
+    sample = draw(views, 30, 4, shared, _gen(0))
+    spec = FitSpec(2, 2.0, 60, 30, 0.1)
+    weight, solution = fit_to_tolerance(
+        views, sample, spec, loss, 0.5, _gen(1), SolverSpec(1e-6, 4000)
+    )
+    assert solution.converged and solution.criterion < 1e-6
+    assert torch.linalg.matrix_norm(weight).item() <= 2.0 * (1 + 1e-9)
+    adam = fit(views, sample, spec, loss, 0.5, _gen(1))
+    tolerance = per_anchor_loss(weight, views, sample, loss, 0.5).mean().item()
+    budget = per_anchor_loss(adam, views, sample, loss, 0.5).mean().item()
+    assert tolerance <= budget + 1e-6, (tolerance, budget)
+    assert solution.value == pytest.approx(tolerance, rel=1e-5)
 
 
 # --- per_anchor_loss and scores -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from crl.steps import check_unit, report, tables
 from crl.steps.check_tables import write_check_tables
 from crl.steps.check_unit import CheckJob, Unit
 from tests.steps.tables_data import PROVENANCE, cell_rows, write_cells
+from tests.steps.test_tables import SPEC
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -28,7 +29,7 @@ def _assert_png(path: Path) -> None:
 def grid_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("grid")
     files = write_cells(root / "cells", cell_rows())
-    tables.write_grid_tables(files, root / "tables", root / ".staging", PROVENANCE, "retrieval_auc")
+    tables.write_grid_tables(files, root / "tables", root / ".staging", PROVENANCE, SPEC)
     return root
 
 
@@ -51,7 +52,7 @@ def test_build_writes_the_page_and_every_plot(grid_tables: Path) -> None:
     assert "<h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>" in html
     # 10 summary rows; 5 slopes, 4 rate, power and exponent fits
     assert html.count("<tr><td>") == 10 + 11
-    assert "saunshi_k" in html and "m*=c*n^e" in html
+    assert "saunshi_k" in html and "m_star_exponent" in html
     assert list((grid_tables / ".staging").iterdir()) == []
 
 

@@ -47,7 +47,7 @@ def test_record_writes_config_json_with_the_hash(tmp_path: Path) -> None:
     recorded = json.loads((folder.root / "config.json").read_text())
     assert recorded == {"config": cfg.model_dump(mode="json"), "hash": cfg.hash()}
     assert recorded["hash"] == cfg.hash() and len(cfg.hash()) == 12
-    assert recorded["config"]["eval"]["performance_metric"] == "retrieval_auc"  # defaults filled
+    assert recorded["config"]["eval"]["m_star"]["delta"] == 0.25  # defaults filled
     assert list(folder.staging.iterdir()) == []
     folder.record(cfg)  # again: the folder exists, the file is replaced
     assert json.loads((folder.root / "config.json").read_text()) == recorded

@@ -74,7 +74,7 @@ def test_summarise_mean_std_and_seed_ci(summary: pl.DataFrame) -> None:
         group = _group(rows, record["regime"], record["loss"], record["m"], record["n"])
         k = len(group)
         assert record["seeds"] == k
-        for column in SUMMARISED:
+        for column in [c for c in SUMMARISED if c in group[0]]:
             values = [r[column] for r in group]
             if values[0] is None:
                 assert record[f"{column}_mean"] is None and record[f"{column}_std"] is None
@@ -126,16 +126,20 @@ def test_summarise_fractions(summary: pl.DataFrame) -> None:
 def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
     """README, `tables/summary.parquet`: seeds, <col>_mean/_std/_seed_ci, the holds fractions,
     tau, test_loss_ci_mean and rademacher_ci_mean."""
+    present = set(cell_rows()[0])
     expected = {*PROVENANCE_COLUMNS, *KEYS, "seeds", "tau"}
-    expected |= {f"{c}_{s}" for c in SUMMARISED for s in ("mean", "std", "seed_ci")}
-    expected |= {f"{h}_fraction" for h in HOLDS} | {"sampling"}
+    expected |= {f"{c}_{s}" for c in SUMMARISED if c in present for s in ("mean", "std", "seed_ci")}
+    expected |= {f"{h}_fraction" for h in HOLDS if h in present} | {"sampling"}
     expected |= {"test_loss_ci_mean", "rademacher_ci_mean", "test_loss_pool_ci_mean"}
     assert sorted(expected - set(summary.columns)) == []
     assert sorted(set(summary.columns) - expected) == []
 
 
-def test_fits_rows(summary: pl.DataFrame) -> None:
-    fitted = tables.fits(summary, "retrieval_auc")
+SPEC = tables.MStarSpec(("auc_error",), 0.25, (0.25,), 50, 0.95, 0)
+
+
+def test_fits_rows(summary: pl.DataFrame, cells: pl.DataFrame) -> None:
+    fitted = tables.fits(summary, cells, SPEC)
     assert dict(fitted.schema) == FITS_SCHEMA
     assert fitted["run_id"].to_list() == [PROVENANCE["run_id"]] * fitted.height
     kinds = fitted.select(["regime", "loss", "kind"]).rows()
@@ -146,8 +150,7 @@ def test_fits_rows(summary: pl.DataFrame) -> None:
         ("scrl", "hinge", "m_star"),
         ("scrl", "hinge", "m_star"),
         ("scrl", "hinge", "m_star_exponent"),
-        ("sscrl", "lse", "m_star"),  # two points: no rate or power fit, one n: no exponent
-    ]  # one_negative: one m per n, nothing to fit
+    ]  # one_negative: one m per n; sscrl: two m values, fewer than the rule's three
     slopes = fitted.filter(pl.col("kind") == "slopes")
     assert slopes["shape"].to_list() == ["gap", "gamma_m", "gamma_S", "gamma_E", "best_bound"]
     bound = slopes.filter(pl.col("shape") == "gamma_S").row(0, named=True)
@@ -181,34 +184,61 @@ def test_fits_rows(summary: pl.DataFrame) -> None:
     assert power["coef_a"] == pytest.approx(0.5, abs=1e-4)
     assert power["r2"] == pytest.approx(1.0, abs=1e-9)
 
+    # the m* rule (crl.kernels.saturation) on 1 - AUC, by hand: n = 50 has errors 0.5, 0.1, 0.1
+    # at m = 1, 4, 16, plateau 0.1, threshold 0.125, crossed at log-fraction 0.9375 of [1, 4];
+    # n = 200 has 0.5, 0.2, 0.1, plateau 0.15, threshold 0.1875, crossed at 0.125 of [4, 16]
     m_star = fitted.filter(pl.col("kind") == "m_star")
-    assert m_star.select(["regime", "shape", "n", "m_star"]).rows() == [
-        ("scrl", "retrieval_auc", 50, 4.0),
-        ("scrl", "retrieval_auc", 200, 16.0),
-        ("sscrl", "retrieval_auc", 50, 1.0),
+    expected = {50: 4**0.9375, 200: 4 * 4**0.125}
+    assert m_star.select(["regime", "shape", "n"]).rows() == [
+        ("scrl", "auc_error", 50),
+        ("scrl", "auc_error", 200),
     ]
+    for row in m_star.iter_rows(named=True):
+        assert row["m_star"] == pytest.approx(expected[row["n"]], rel=1e-12)
+        # every seed has the same AUC: the bootstrap interval collapses onto the value
+        assert row["m_star_lo"] == pytest.approx(row["m_star"]) == row["m_star_hi"]
+        assert row["delta"] == 0.25 and row["primary"] and row["seeds"] == 3
     exponent = fitted.filter(pl.col("kind") == "m_star_exponent").row(0, named=True)
-    assert exponent["shape"] == "m*=c*n^e" and exponent["points"] == 2
-    assert exponent["exponent"] == pytest.approx(1.0)  # 4 -> 16 while n goes 50 -> 200
-    assert exponent["coef_c"] == pytest.approx(4 / 50)
+    assert exponent["shape"] == "auc_error" and exponent["points"] == 2
+    slope = math.log(expected[200] / expected[50]) / math.log(4)
+    assert exponent["exponent"] == pytest.approx(slope, rel=1e-12)
+    assert exponent["exponent_lo"] == pytest.approx(slope) == exponent["exponent_hi"]
 
 
-def test_fits_use_the_performance_metric(summary: pl.DataFrame) -> None:
-    fitted = tables.fits(summary, "linear_probe_accuracy")  # flat: the smallest m saturates
-    m_star = fitted.filter(pl.col("kind") == "m_star")
-    assert m_star["shape"].unique().to_list() == ["linear_probe_accuracy"]
-    assert m_star["m_star"].to_list() == [1.0, 1.0, 1.0]
+def test_m_star_for_every_metric_and_delta(summary: pl.DataFrame, cells: pl.DataFrame) -> None:
+    spec = tables.MStarSpec(("probe_error", "auc_error"), 0.25, (0.1, 0.5), 20, 0.95, 0)
+    stars = tables.fits(summary, cells, spec).filter(pl.col("kind") == "m_star")
+    assert set(stars["shape"]) == {"probe_error", "auc_error"}
+    assert sorted(set(stars["delta"])) == [0.1, 0.25, 0.5]
+    assert stars.filter(pl.col("primary"))["delta"].unique().to_list() == [0.25]
+    # a metric whose columns the cells lack (paired excess AUC here) is skipped, not an error
+    paired_only = tables.MStarSpec(("excess_auc",), 0.25, (), 20, 0.95, 0)
+    assert tables.fits(summary, cells, paired_only).filter(pl.col("kind") == "m_star").is_empty()
 
 
-def test_fits_with_nothing_to_fit_is_empty_with_the_schema(summary: pl.DataFrame) -> None:
-    fitted = tables.fits(summary.filter(pl.col("regime") == "one_negative"), "retrieval_auc")
+def test_an_infinite_metric_drops_its_m_column(cells: pl.DataFrame) -> None:
+    """An m where some seed's metric is not finite (an infinite L(s)) leaves the curve whole."""
+    frame = cells.filter(pl.col("regime") == "scrl").with_columns(
+        pl.when((pl.col("m") == 1) & (pl.col("seed") == 0))
+        .then(float("inf"))
+        .otherwise(1.0 / pl.col("m"))
+        .alias("excess_risk")
+    )
+    spec = tables.MStarSpec(("excess_risk",), 0.25, (), 20, 0.95, 0)
+    assert tables.m_star_rows(frame, spec) == []  # two m values left: fewer than three
+
+
+def test_fits_with_nothing_to_fit_is_empty_with_the_schema(
+    summary: pl.DataFrame, cells: pl.DataFrame
+) -> None:
+    fitted = tables.fits(summary.filter(pl.col("regime") == "one_negative"), cells, SPEC)
     assert fitted.height == 0
     assert dict(fitted.schema) == FITS_SCHEMA
 
 
 def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     out = tables.write_grid_tables(
-        cell_files, tmp_path / "tables", tmp_path / ".staging", PROVENANCE, "retrieval_auc"
+        cell_files, tmp_path / "tables", tmp_path / ".staging", PROVENANCE, SPEC
     )
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
         "cells.parquet",
@@ -224,7 +254,7 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     # the same cells give byte-identical tables (a resumed run equals an uninterrupted one)
     again = tmp_path / "again"
     tables.write_grid_tables(
-        list(reversed(cell_files)), again, tmp_path / ".staging", PROVENANCE, "retrieval_auc"
+        list(reversed(cell_files)), again, tmp_path / ".staging", PROVENANCE, SPEC
     )
     for name in ("cells", "summary", "fits"):
         first = (tmp_path / "tables" / f"{name}.parquet").read_bytes()

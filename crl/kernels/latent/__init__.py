@@ -1,9 +1,16 @@
 """Latent models with known population quantities.
 
 `model`: Saunshi et al.'s latent-class model and its samplers; `population`: its exact and Monte
-Carlo population risks; `two_modality`: Li et al.'s two-modality Gaussian with its optimal score.
+Carlo population risks; `two_modality`: Li et al.'s two-modality Gaussian with its optimal score;
+`canonical`: the same model in canonical-correlation form with the exact LSE risk of the score
+x^T M y - y^T B y and excess AUC on fixed triples (the m*(n) experiments).
 """
 
+from crl.kernels.latent.canonical import CanonicalGaussian as CanonicalGaussian
+from crl.kernels.latent.canonical import ExcessAuc as ExcessAuc
+from crl.kernels.latent.canonical import Triples as Triples
+from crl.kernels.latent.canonical import excess_auc as excess_auc
+from crl.kernels.latent.canonical import sample_triples as sample_triples
 from crl.kernels.latent.model import LatentClassModel as LatentClassModel
 from crl.kernels.latent.model import Representation as Representation
 from crl.kernels.latent.model import Triplets as Triplets
@@ -19,7 +26,9 @@ from crl.kernels.latent.two_modality import ScoreFn as ScoreFn
 from crl.kernels.latent.two_modality import TwoModalityGaussian as TwoModalityGaussian
 
 __all__ = [
+    "CanonicalGaussian",
     "Estimate",
+    "ExcessAuc",
     "LatentClassModel",
     "Population",
     "PopulationMC",
@@ -27,9 +36,12 @@ __all__ = [
     "ScoreFn",
     "Triplets",
     "Tuples",
+    "Triples",
     "TwoModalityGaussian",
+    "excess_auc",
     "population",
     "population_mc",
+    "sample_triples",
     "uniform_prior",
     "zipf_prior",
 ]

@@ -1,0 +1,115 @@
+"""A paired (two-modality) grid end to end: the real flow on a tiny Li et al. Gaussian grid,
+its cells recomputed from first principles, m*(n) rows and the report."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crl.core import config
+from crl.kernels import score_model
+from crl.kernels.solver import SolverSpec
+from crl.steps import paired_cell
+from crl.steps.cell import grid_keys
+from tests.conftest import crl
+from tests.orchestration.test_bound_grid import write_config
+
+pytestmark = pytest.mark.slow
+
+TINY_PAIRED = {
+    "name": "tiny-paired",
+    "seed": 5,
+    "dataset": {"kind": "paired_gaussian", "correlations": [0.9, 0.5], "eval_triples": 4000},
+    "model": {"R_times_bayes": 2.0, "solver": "apg", "tol": 1e-6},
+    "grid": {
+        "regimes": ["scrl", "sscrl"],
+        "losses": ["lse"],
+        "m": [1, 2, 4, 8, 16, 32],
+        "n": [8, 16],
+        "seeds": [0, 1, 2],
+        "m_max_over_n": 2,
+        "scrl_max_negatives": 256,
+    },
+    "eval": {"temperature": 0.5, "m_star": {"bootstrap": 50}},
+}
+
+
+@pytest.fixture(scope="module")
+def paired_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    folder = tmp_path_factory.mktemp("paired")
+    path = write_config(folder, TINY_PAIRED)
+    done = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = config.load(path)
+    run_dir = folder / "runs" / cfg.run_id()
+    tables = {n: pl.read_parquet(run_dir / "tables" / f"{n}.parquet") for n in ("cells", "fits")}
+    return {"config": cfg, "dir": run_dir, **tables}
+
+
+def test_every_kept_cell_is_written_with_its_exact_columns(paired_run: dict) -> None:
+    cfg, cells = paired_run["config"], paired_run["cells"]
+    keys = grid_keys(cfg)
+    assert cells.height == len(keys)
+    assert all(k.m <= 2 * k.n for k in keys)
+    assert all(k.n * k.m <= 256 for k in keys if k.regime == "scrl")
+    assert set(cells["family"]) == {"paired"} and cells["solver_converged"].all()
+    assert cells["calibration_holds"].all()
+    finite = cells.filter(pl.col("risk_finite"))
+    assert (finite["excess_risk"] >= -1e-12).all()
+    assert (finite["calibration_slack"] >= 0).all()
+    infinite = cells.filter(~pl.col("risk_finite"))
+    assert infinite["test_loss"].is_infinite().all()  # never a finite stand-in
+    # one evaluation set for the whole run: AUC* is the same number in every cell
+    assert cells["auc_star"].n_unique() == 1
+
+
+def test_a_cell_recomputed_from_first_principles(paired_run: dict) -> None:
+    """Draw the same sample, refit, and get the same train loss, L(s) and excess AUC."""
+    cfg, cells = paired_run["config"], paired_run["cells"]
+    row = cells.filter((pl.col("regime") == "sscrl") & (pl.col("m") == 16)).row(0, named=True)
+    source = paired_cell.source(cfg)
+    sample = paired_cell.draw(cfg, source.model, "sscrl", 16, row["n"], row["seed"])
+    radius = paired_cell.radius(cfg, source.model)
+    score, _ = score_model.fit(sample, radius, 0.5, SolverSpec(1e-6, 4000))
+    assert row["R"] == pytest.approx(radius)
+    lhat = float(score_model.empirical_risk(score.M, score.B, sample, 0.5))
+    assert row["train_loss"] == pytest.approx(lhat, rel=1e-9)
+    assert row["test_loss"] == pytest.approx(source.model.lse_risk(score.M, score.B, 0.5), rel=1e-9)
+    s_pos = score(source.triples.x, source.triples.y)
+    s_neg = score(source.triples.x, source.triples.y_neg)
+    auc = float(((s_pos > s_neg).double() + 0.5 * (s_pos == s_neg).double()).mean())
+    assert row["retrieval_auc"] == pytest.approx(auc, abs=1e-12)
+
+
+def test_m_star_rows_with_intervals_and_sensitivity(paired_run: dict) -> None:
+    fits = paired_run["fits"]
+    stars = fits.filter(pl.col("kind") == "m_star")
+    assert set(stars["shape"]) == {"excess_auc"}
+    assert set(stars["delta"]) == {0.1, 0.25, 0.5}
+    assert stars.filter(pl.col("primary"))["delta"].unique().to_list() == [0.25]
+    for row in stars.iter_rows(named=True):
+        assert row["m_star_lo"] <= row["m_star"] <= row["m_star_hi"] or math.isnan(row["m_star_lo"])
+        assert 1 <= row["m_star"] <= 2 * row["n"]
+    laws = fits.filter(pl.col("kind") == "m_star_exponent")
+    assert laws.height == 2 * 3  # two regimes, three deltas
+    assert np.isfinite(laws["exponent"].to_numpy()).all()
+
+
+def test_the_report_states_the_finding(paired_run: dict) -> None:
+    report = paired_run["dir"] / "report"
+    page = (report / "index.html").read_text()
+    for image in ("excess_auc_vs_m.png", "m_star_excess_auc.png", "exact_gap_vs_m.png"):
+        assert (report / image).stat().st_size > 5000 and image in page
+    assert "Exponent of m* ~ n^a" in page and "Li et al." in page
+    assert "calibration inequality" in page
+
+
+def test_query_sees_the_paired_cells(paired_run: dict) -> None:
+    out = crl(
+        "query", str(paired_run["dir"]), "SELECT regime, count(*) AS k FROM cells GROUP BY regime"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "scrl" in out.stdout and "sscrl" in out.stdout
