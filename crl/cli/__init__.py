@@ -97,8 +97,9 @@ def run(
         f"on {result['where']}"
     )
     typer.echo(
-        f"crl: certified bounds held in {result['bounds_held']} of {result['bounds_checked']} "
-        "(cell, bound) pairs"
+        f"crl: inequalities held in {result['bounds_held']} of {result['bounds_checked']} "
+        "(cell, inequality) pairs: the certified bounds, and Li et al.'s calibration in paired "
+        "Gaussian cells"
     )
     if result["report"]:
         typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")

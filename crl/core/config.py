@@ -109,10 +109,26 @@ class PairedGaussianData(_Strict):
         return value
 
 
+class PairedParquetData(_Strict):
+    """User pairs (CLIP-style embeddings): a Parquet file or folder with two columns of numeric
+    lists, x and y, one pair per row, no labels. Each modality is centred and scaled into the
+    unit ball on the train split (test rows radially clipped), as the bounds require."""
+
+    kind: Literal["paired_parquet"]
+    path: str
+    x_column: str = "x"
+    y_column: str = "y"
+    split_column: str | None = None
+    test_fraction: float = Field(0.3, gt=0, lt=1)
+    shards: int = Field(4, ge=1)
+    eval_triples: int = Field(100_000, ge=2)
+
+
 Dataset = Annotated[
-    SyntheticData | DigitsData | ParquetData | PairedGaussianData, Field(discriminator="kind")
+    SyntheticData | DigitsData | ParquetData | PairedGaussianData | PairedParquetData,
+    Field(discriminator="kind"),
 ]
-PAIRED_KINDS: tuple[str, ...] = ("paired_gaussian",)
+PAIRED_KINDS: tuple[str, ...] = ("paired_gaussian", "paired_parquet")
 
 
 def is_paired(dataset: object) -> bool:
@@ -280,7 +296,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-DATASET_KINDS: tuple[str, ...] = ("synthetic", "digits", "parquet", "paired_gaussian")
+DATASET_KINDS: tuple[str, ...] = (
+    "synthetic",
+    "digits",
+    "parquet",
+    "paired_gaussian",
+    "paired_parquet",
+)
 
 
 def _field_path(loc: tuple) -> str:

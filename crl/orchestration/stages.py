@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
-from crl.steps import cell, check_unit, data, paired_cell
+from crl.steps import cell, check_unit, data, paired_cell, paired_split_cell
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import Embedder, features_path
 from crl.steps.features import load_features, tau_of
@@ -52,9 +52,9 @@ def _raise_failures(stage: str, results: list) -> None:
 
 
 def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
-    """Write every missing data shard (none for paired data, drawn in the cells). Returns shards
-    written."""
-    if is_paired(config.dataset):
+    """Write every missing data shard (none for the paired Gaussian, drawn in the cells).
+    Returns shards written."""
+    if config.dataset.kind == "paired_gaussian":
         return 0
     sizes = data.split_sizes(config.dataset)
     plan = data.shard_plan(config.dataset, sizes)
@@ -112,9 +112,12 @@ def _other_commit(path: Path, commit: str) -> bool:
 
 def _cell_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
     """The shared part of every cell: the features and tau, or the paired source."""
-    if is_paired(config.dataset):
+    if config.dataset.kind == "paired_gaussian":
         source = paired_cell.source(config)
         return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, source)
+    if config.dataset.kind == "paired_parquet":
+        splits = paired_split_cell.load(config, paths.data)
+        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, splits)
     features = load_features(paths.features)
     tau = tau_of(config, features.train.labels)
     return cell.CellJob(config, features, tau, paths.cells, paths.staging, commit)

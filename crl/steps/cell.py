@@ -20,7 +20,7 @@ from crl.core.config import Config, GridConfig, SyntheticData, objectives
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator, short_hash
 from crl.kernels.solver import SolverSpec
-from crl.steps import certify, data, paired_cell, sampling
+from crl.steps import certify, data, paired_cell, paired_split_cell, sampling
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import build
 from crl.steps.features import Features
@@ -295,16 +295,17 @@ class CellJob:
     cells_dir: Path
     staging: Path
     git_commit: str = "unknown"
-    paired: paired_cell.PairedSource | None = None
+    paired: paired_cell.PairedSource | paired_split_cell.PairedSplits | None = None
 
 
 def run_and_write(key: CellKey, job: CellJob) -> dict:
     """The step of the cells stage: compute one cell and write its row atomically, with the
     commit of the code that computed it (`cell_git_commit`)."""
-    if job.paired is not None:
-        row = paired_cell.run_paired_cell(
-            job.config, key, key.cell_id(job.config.hash()), job.paired
-        )
+    cell_id = key.cell_id(job.config.hash())
+    if isinstance(job.paired, paired_cell.PairedSource):
+        row = paired_cell.run_paired_cell(job.config, key, cell_id, job.paired)
+    elif isinstance(job.paired, paired_split_cell.PairedSplits):
+        row = paired_split_cell.run_paired_split_cell(job.config, key, cell_id, job.paired)
     else:
         row = run_cell(job.config, key, job.features, job.tau)
     row["cell_git_commit"] = job.git_commit

@@ -39,7 +39,7 @@ def sample_statistics(draw: Draw, m: int, chunk: int = 65536) -> certified.Sampl
     return acc.finish()
 
 
-def _holds(gap: float | None, low: float, high: float) -> bool | None:
+def within(gap: float | None, low: float, high: float) -> bool | None:
     """-low <= gap <= high; None when the gap is unknown."""
     if gap is None or not math.isfinite(gap):
         return None
@@ -95,7 +95,7 @@ def bound_columns(
         row[name] = cert.value
         row[f"{name}_complexity_term"] = cert.complexity_term
         row[f"{name}_concentration_term"] = cert.concentration_term
-        row[f"{name}_holds"] = _holds(compared, cert.value, cert.value + upper_extra)
+        row[f"{name}_holds"] = within(compared, cert.value, cert.value + upper_extra)
     row["gamma_S_route"], row["gamma_E_route"] = g_s.route, g_e.route
     row["lse_inner_bound"] = inner_lse
     row["sscrl_inner"] = inner_sscrl
@@ -104,7 +104,7 @@ def bound_columns(
     )
     total = g_s.value + inner_sscrl if inner_sscrl is not None else None
     row["sscrl_total"] = total
-    row["sscrl_total_holds"] = _holds(gap, total, total) if total is not None else None
+    row["sscrl_total_holds"] = within(gap, total, total) if total is not None else None
     best = min(g_m.value, g_s.value, g_e.value)
     if shared:
         best = None if inner_sscrl is None else best + inner_sscrl

@@ -2,7 +2,8 @@
 
 Layout: <run>/data/split=train|test/part-00000.parquet with columns
   id (int64), label (int32, latent: used by the sampler and downstream metrics only),
-  x (list<float32>, the input), and for augmented positives view_a, view_b (two augmented views).
+  x (list<float32>, the input), and for augmented positives view_a, view_b (two augmented views);
+user pairs (paired_parquet) have id, x and y (two modalities) and no label.
 Each shard is a pure function of (dataset config, run seed, split, shard index).
 """
 
@@ -17,13 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from crl.core.config import DigitsData, ParquetData, SyntheticData
+from crl.core.config import DigitsData, PairedParquetData, ParquetData, SyntheticData
 from crl.core.errors import ConfigError
 from crl.kernels import latent
 from crl.kernels.seeding import derive_seed, generator
 from crl.steps.atomic import write_parquet_atomic
 
 SPLITS = ("train", "test")
+Source = SyntheticData | DigitsData | ParquetData | PairedParquetData
 DIGITS_ROWS = 1797  # sklearn.datasets.load_digits
 
 
@@ -61,7 +63,15 @@ def synthetic_model(ds: SyntheticData, seed: int) -> latent.LatentClassModel:
     )
 
 
-def _user_table(ds: ParquetData) -> pa.Table:
+def _required_columns(ds: ParquetData | PairedParquetData) -> list[tuple[str, str]]:
+    """(config field, column name) of every column a user source needs."""
+    if isinstance(ds, PairedParquetData):
+        return [("x_column", ds.x_column), ("y_column", ds.y_column)]
+    column = ds.feature_column or ds.image_column
+    return [("label_column", ds.label_column), ("feature_column", column)]
+
+
+def _user_table(ds: ParquetData | PairedParquetData) -> pa.Table:
     path = Path(ds.path)
     if not path.exists():
         raise ConfigError(f"dataset.path {path}: does not exist")
@@ -69,8 +79,7 @@ def _user_table(ds: ParquetData) -> pa.Table:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
         raise ConfigError(f"dataset.path {path}: not a readable Parquet file ({err})") from None
-    column = ds.feature_column or ds.image_column
-    for field, name in (("label_column", ds.label_column), ("feature_column", column)):
+    for field, name in _required_columns(ds):
         if name not in table.column_names:
             raise ConfigError(
                 f"dataset.{field} {name!r}: no such column in {path} (has {table.column_names})"
@@ -89,16 +98,14 @@ def _is_list(kind: pa.DataType) -> bool:
     )
 
 
-def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x (N, p) float32, labels (N,) int32 codes, is_test (N,) bool) from a user Parquet."""
-    table = _user_table(ds)
-    name = ds.feature_column or ds.image_column
+def _numeric_rows(table: pa.Table, name: str, path: str) -> np.ndarray:
+    """A column of equal-length numeric lists (nested lists flattened) as (N, p) float32."""
     column = table.column(name).combine_chunks()
     while _is_list(column.type):
         lengths = np.asarray(column.value_lengths().fill_null(-1))
         if lengths.size and (lengths.min() != lengths.max() or lengths.min() < 0):
             raise ConfigError(
-                f"dataset column {name!r} in {ds.path}: rows have mixed lengths "
+                f"dataset column {name!r} in {path}: rows have mixed lengths "
                 f"({int(lengths.min())}..{int(lengths.max())}); expected one length"
             )
         inner = column.flatten()
@@ -108,24 +115,20 @@ def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         try:
             values = np.asarray(inner.to_numpy(zero_copy_only=False), dtype=np.float32)
         except (ValueError, TypeError):
-            raise ConfigError(f"dataset column {name!r} in {ds.path}: not numeric") from None
+            raise ConfigError(f"dataset column {name!r} in {path}: not numeric") from None
         if values.size == 0:
-            raise ConfigError(f"dataset column {name!r} in {ds.path}: every row is an empty list")
+            raise ConfigError(f"dataset column {name!r} in {path}: every row is an empty list")
         x = values.reshape(table.num_rows, -1)
-        break
-    else:
-        raise ConfigError(
-            f"dataset column {name!r} in {ds.path}: expected a list of numbers per row, "
-            f"got {column.type}"
-        )
-    if not np.isfinite(x).all():
-        raise ConfigError(f"dataset column {name!r} in {ds.path}: contains NaN or inf")
-    raw_labels = table.column(ds.label_column).to_pylist()
-    if any(v is None for v in raw_labels):
-        raise ConfigError(f"dataset.label_column {ds.label_column!r} in {ds.path}: has nulls")
-    classes = sorted(set(raw_labels), key=repr)
-    code = {c: i for i, c in enumerate(classes)}
-    labels = np.array([code[v] for v in raw_labels], dtype=np.int32)
+        if not np.isfinite(x).all():
+            raise ConfigError(f"dataset column {name!r} in {path}: contains NaN or inf")
+        return x
+    raise ConfigError(
+        f"dataset column {name!r} in {path}: expected a list of numbers per row, got {column.type}"
+    )
+
+
+def _test_mask(table: pa.Table, ds: ParquetData | PairedParquetData) -> np.ndarray:
+    """The user's split column (values train/test), or a fixed random split."""
     if ds.split_column:
         split = table.column(ds.split_column).to_pylist()
         bad = sorted({s for s in split if s not in SPLITS}, key=repr)
@@ -133,9 +136,21 @@ def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             raise ConfigError(
                 f"dataset.split_column {ds.split_column!r}: values {bad[:3]} not in {SPLITS}"
             )
-        is_test = np.array([s == "test" for s in split])
-    else:
-        is_test = _random_test_mask(table.num_rows, ds.test_fraction, derive_seed("user-split"))
+        return np.array([s == "test" for s in split])
+    return _random_test_mask(table.num_rows, ds.test_fraction, derive_seed("user-split"))
+
+
+def _user_arrays(ds: ParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x (N, p) float32, labels (N,) int32 codes, is_test (N,) bool) from a user Parquet."""
+    table = _user_table(ds)
+    x = _numeric_rows(table, ds.feature_column or ds.image_column, ds.path)
+    raw_labels = table.column(ds.label_column).to_pylist()
+    if any(v is None for v in raw_labels):
+        raise ConfigError(f"dataset.label_column {ds.label_column!r} in {ds.path}: has nulls")
+    classes = sorted(set(raw_labels), key=repr)
+    code = {c: i for i, c in enumerate(classes)}
+    labels = np.array([code[v] for v in raw_labels], dtype=np.int32)
+    is_test = _test_mask(table, ds)
     return x, labels, is_test
 
 
@@ -147,8 +162,25 @@ def _random_test_mask(rows: int, fraction: float, seed: int) -> np.ndarray:
     return mask
 
 
-def split_sizes(ds: SyntheticData | DigitsData | ParquetData) -> dict[str, int]:
+def user_pairs(ds: PairedParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x (N, px), y (N, py) float32, is_test (N,) bool) from a user Parquet of pairs."""
+    table = _user_table(ds)
+    x = _numeric_rows(table, ds.x_column, ds.path)
+    y = _numeric_rows(table, ds.y_column, ds.path)
+    return x, y, _test_mask(table, ds)
+
+
+def pair_width(ds: PairedParquetData) -> int:
+    """The wider modality's values per row (a paired cell's negatives have this width)."""
+    x, y, _ = user_pairs(ds)
+    return max(x.shape[1], y.shape[1])
+
+
+def split_sizes(ds: Source) -> dict[str, int]:
     """Rows per split, known before any work (user Parquet: read from the file)."""
+    if isinstance(ds, PairedParquetData):
+        is_test = user_pairs(ds)[2]
+        return {"train": int((~is_test).sum()), "test": int(is_test.sum())}
     if isinstance(ds, SyntheticData):
         return {"train": ds.train_size, "test": ds.test_size}
     if isinstance(ds, DigitsData):
@@ -158,9 +190,7 @@ def split_sizes(ds: SyntheticData | DigitsData | ParquetData) -> dict[str, int]:
     return {"train": int((~is_test).sum()), "test": int(is_test.sum())}
 
 
-def shard_plan(
-    ds: SyntheticData | DigitsData | ParquetData, sizes: dict[str, int]
-) -> list[ShardSpec]:
+def shard_plan(ds: Source, sizes: dict[str, int]) -> list[ShardSpec]:
     """Every shard of both splits: `ds.shards` per split, none empty."""
     plan = []
     for split in SPLITS:
@@ -214,12 +244,17 @@ def augment_digits(images: np.ndarray, gen: torch.Generator) -> np.ndarray:
     return view.clamp(0, 1).reshape(n, 64).numpy().astype(np.float32)
 
 
-def make_shard(
-    ds: SyntheticData | DigitsData | ParquetData, seed: int, spec: ShardSpec
-) -> pa.Table:
+def make_shard(ds: Source, seed: int, spec: ShardSpec) -> pa.Table:
     """The rows of one shard as an Arrow table; a pure function of its arguments."""
     gen = generator(seed, "shard", spec.split, spec.index)
     ids = np.arange(spec.start, spec.start + spec.rows, dtype=np.int64)
+    if isinstance(ds, PairedParquetData):  # pairs: id, x, y and no label
+        x_all, y_all, is_test = user_pairs(ds)
+        rows = slice(spec.start, spec.start + spec.rows)
+        mask = is_test if spec.split == "test" else ~is_test
+        return pa.table(
+            {"id": ids, "x": list_column(x_all[mask][rows]), "y": list_column(y_all[mask][rows])}
+        )
     views = None
     if isinstance(ds, SyntheticData):
         model = synthetic_model(ds, seed)
@@ -252,7 +287,7 @@ def make_shard(
 class ShardJob:
     """What every shard of a run shares: the dataset, the run seed and where shards go."""
 
-    dataset: SyntheticData | DigitsData | ParquetData
+    dataset: Source
     seed: int
     data_dir: Path
     staging: Path
@@ -278,6 +313,15 @@ def list_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(array.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
         -1, width
     )
+
+
+def read_pairs(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The (x, y) pairs of `split` under data/, ordered by id. Shape: (N, px), (N, py)."""
+    files = sorted((root / f"split={split}").glob("part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{root / f'split={split}'}: no shards")
+    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
+    return list_to_numpy(table.column("x")), list_to_numpy(table.column("y"))
 
 
 def read_split(root: Path, split: str, column: str = "x") -> Split:

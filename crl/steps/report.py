@@ -223,8 +223,12 @@ def build_paired(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: 
         saturation.plot_m_star(fits, metric, out / f"m_star_{metric}.png", save)
         images += [f"{metric}_vs_m.png", f"m_star_{metric}.png"]
         findings.append(saturation.finding(fits, summary, metric))
-    saturation.plot_exact_gap(summary, out / "exact_gap_vs_m.png", save)
-    images.append("exact_gap_vs_m.png")
+    if "gamma_lin_mean" in summary.columns:  # user pairs: the certified bound against the gap
+        saturation.plot_gap_and_bound(summary, out / "gap_and_bound_vs_m.png", save)
+        images.append("gap_and_bound_vs_m.png")
+    else:  # the Gaussian: the exact gap
+        saturation.plot_exact_gap(summary, out / "exact_gap_vs_m.png", save)
+        images.append("exact_gap_vs_m.png")
     prov = summary.row(0, named=True)
     star_view = fits.filter(pl.col("kind").is_in(["m_star", "m_star_exponent"])).select(
         [
@@ -257,11 +261,17 @@ PAIRED_HEADLINE = [
     "m",
     "n",
     "seeds",
+    "retrieval_auc_mean",
+    "auc_error_seed_ci",
+    "gap_mean",
+    "gamma_lin_mean",
+    "lse_inner_bound_mean",
+    "gamma_lin_holds_fraction",
+    "certified_fraction",
     "excess_auc_mean",
     "excess_auc_seed_ci",
     "excess_auc_se_mean",
     "excess_risk_mean",
-    "gap_mean",
     "train_loss_mean",
     "risk_finite_fraction",
     "calibration_slack_mean",
@@ -278,7 +288,7 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     summary = pl.read_parquet(tables / "summary.parquet")
     fits = pl.read_parquet(tables / "fits.parquet")
     out.mkdir(parents=True, exist_ok=True)
-    if "excess_auc_mean" in summary.columns:
+    if "family" in summary.columns and summary["family"][0] == "paired":
         return build_paired(summary, fits, out, staging)
     plot_gap(summary, out / "gap_vs_n.png", staging, "n")
     plot_gap(summary, out / "gap_vs_m.png", staging, "m")

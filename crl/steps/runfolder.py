@@ -116,6 +116,8 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
 
     `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus is checked
     against them."""
+    if config.dataset.kind == "paired_parquet":
+        _check_sizes(config)
     if is_paired(config.dataset):
         _check_paired_memory(config)
     else:
@@ -133,7 +135,8 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
 
 def _check_paired_memory(config: Config) -> None:
     """Refuse a paired grid whose largest cell's negatives (and their weights) cannot fit."""
-    p = len(config.dataset.correlations)
+    ds = config.dataset
+    p = len(ds.correlations) if ds.kind == "paired_gaussian" else data.pair_width(ds)
     keys = grid_keys(config)
     if not keys:
         raise ConfigError("config field grid.m: no (m, n) cell is inside the grid's limits")
@@ -148,6 +151,21 @@ def _check_paired_memory(config: Config) -> None:
 
 def _check_data(config: Config) -> None:
     """The checks of a data source with shards: sizes, shards, cell memory, encoder input."""
+    _check_sizes(config)
+    _check_cell_memory(config, data.input_width(config.dataset))
+    if config.encoder.kind == "small_cnn":
+        width = data.input_width(config.dataset)
+        try:
+            square_side(width)
+        except ValueError:
+            raise ConfigError(
+                f"config field encoder.kind: small_cnn needs square images, but the dataset's "
+                f"inputs have {width} values per row"
+            ) from None
+
+
+def _check_sizes(config: Config) -> None:
+    """n within the train split, a test split, no empty shard."""
     sizes = data.split_sizes(config.dataset)
     if max(config.grid.n) > sizes["train"]:
         raise ConfigError(
@@ -161,16 +179,6 @@ def _check_data(config: Config) -> None:
             f"config field dataset.shards: {config.dataset.shards} shards, but a split has only "
             f"{min(sizes.values())} rows"
         )
-    _check_cell_memory(config, data.input_width(config.dataset))
-    if config.encoder.kind == "small_cnn":
-        width = data.input_width(config.dataset)
-        try:
-            square_side(width)
-        except ValueError:
-            raise ConfigError(
-                f"config field encoder.kind: small_cnn needs square images, but the dataset's "
-                f"inputs have {width} values per row"
-            ) from None
 
 
 def _writable_run_folder(paths: RunFolder) -> None:

@@ -47,7 +47,11 @@ SUMMARISED = [
     "top1_accuracy",
     "linear_probe_accuracy",
     "retrieval_auc",
-    # paired cells (crl.steps.paired_cell)
+    # paired cells (crl.steps.paired_cell, paired_split_cell)
+    "auc_error",
+    "gamma_lin",
+    "gamma_lin_complexity_term",
+    "gamma_lin_concentration_term",
     "excess_auc",
     "excess_auc_se",
     "auc_star",
@@ -61,7 +65,13 @@ SUMMARISED = [
     "bounds_seconds",
     "wall_seconds",
 ]
-BOUND_HOLDS = ["gamma_m_holds", "gamma_S_holds", "gamma_E_holds", "sscrl_total_holds"]
+BOUND_HOLDS = [
+    "gamma_m_holds",
+    "gamma_S_holds",
+    "gamma_E_holds",
+    "sscrl_total_holds",
+    "gamma_lin_holds",
+]
 # the inequalities every cell checks: the certified bounds and Li et al.'s calibration (paired)
 CHECKED_HOLDS = [*BOUND_HOLDS, "calibration_holds"]
 HOLDS = [
@@ -83,7 +93,7 @@ M_STAR_METRICS = {
     "probe_error": 1.0 - pl.col("linear_probe_accuracy"),
     "classifier_error": 1.0 - pl.col("mean_classifier_accuracy"),
 }
-SLOPE_QUANTITIES = ["gap", "gamma_m", "gamma_S", "gamma_E", "best_bound"]
+SLOPE_QUANTITIES = ["gap", "gamma_m", "gamma_S", "gamma_E", "gamma_lin", "best_bound"]
 FITS_SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
     "dataset": pl.String,

@@ -4,10 +4,12 @@ its cells recomputed from first principles, m*(n) rows and the report."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from crl.core import config
 from crl.kernels import score_model
@@ -113,3 +115,98 @@ def test_query_sees_the_paired_cells(paired_run: dict) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "scrl" in out.stdout and "sscrl" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def pairs_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """User pairs: a Parquet of (x, y) lists drawn from a Gaussian pair model, no labels."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from crl.kernels.latent.canonical import CanonicalGaussian
+
+    folder = tmp_path_factory.mktemp("pairs")
+    model = CanonicalGaussian.make([0.9, 0.6, 0.3], True, torch.Generator().manual_seed(0))
+    x, y = model.sample_pairs(1500, torch.Generator().manual_seed(1))
+    pq.write_table(
+        pa.table({"img": x.float().numpy().tolist(), "txt": y.float().numpy().tolist()}),
+        folder / "pairs.parquet",
+    )
+    tree = {
+        "name": "tiny-pairs",
+        "dataset": {
+            "kind": "paired_parquet",
+            "path": str(folder / "pairs.parquet"),
+            "x_column": "img",
+            "y_column": "txt",
+            "shards": 2,
+            "eval_triples": 300,
+        },
+        "model": {"R": 1.0, "solver": "apg", "tol": 1e-6},
+        "grid": {
+            "regimes": ["scrl", "sscrl"],
+            "losses": ["lse"],
+            "m": [1, 4, 16, 64],
+            "n": [20, 80],
+            "seeds": [0, 1],
+        },
+        "eval": {
+            "temperature": 1.0,
+            "test_anchors": 200,
+            "negative_pool": 200,
+            "m_star": {"bootstrap": 30},
+        },
+    }
+    path = write_config(folder, tree)
+    done = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = config.load(path)
+    run_dir = folder / "runs" / cfg.run_id()
+    tables = {n: pl.read_parquet(run_dir / "tables" / f"{n}.parquet") for n in ("cells", "fits")}
+    return {"config": cfg, "dir": run_dir, **tables}
+
+
+def test_user_pairs_cells_hold_their_certified_bounds(pairs_run: dict) -> None:
+    cells = pairs_run["cells"]
+    assert cells.height == 2 * 4 * 2 * 2 and set(cells["family"]) == {"paired"}
+    assert cells["solver_converged"].all() and not cells["test_loss_exact"].any()
+    # 1050 train rows: scrl n = 80, m = 64 needs 5200 distinct rows, so it reuses (not certified)
+    reused = cells.filter(pl.col("sampling") == "split_with_reuse")
+    assert ("scrl", 64, 80) in set(reused.select(["regime", "m", "n"]).rows())
+    assert not reused["certified"].any()
+    assert cells.filter(pl.col("certified"))["gamma_lin_holds"].all()
+    for row in cells.iter_rows(named=True):  # gamma_lin from the row's own columns
+        complexity = 2 * math.sqrt(2 * row["loss_omega"]) * row["R"] * math.sqrt(row["S_D"])
+        complexity /= row["n"]
+        concentration = (
+            3 * row["loss_range"] * math.sqrt(math.log(4 / row["bound_delta"]) / (2 * row["n"]))
+        )
+        assert row["gamma_lin"] == pytest.approx(complexity + concentration, rel=1e-12)
+        assert row["loss_range"] == pytest.approx(4 * math.sqrt(2) * row["R"])
+        assert 0.0 <= row["retrieval_auc"] <= 1.0
+        assert row["auc_error"] == pytest.approx(1 - row["retrieval_auc"])
+        if row["regime"] == "sscrl":
+            assert row["bound_delta"] == 0.025 and row["lse_inner_bound"] is None
+            assert row["gap_outer"] + row["gap_inner"] == pytest.approx(row["gap"])
+        else:
+            assert row["best_bound"] == pytest.approx(row["gamma_lin"] + row["lse_inner_bound"])
+    stars = pairs_run["fits"].filter(pl.col("kind") == "m_star")
+    assert set(stars["shape"]) == {"auc_error"}
+    page = (pairs_run["dir"] / "report" / "index.html").read_text()
+    assert "gap_and_bound_vs_m.png" in page and "auc_error" in page
+
+
+def test_user_pairs_with_a_missing_column_exit_2_naming_it(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [[1.0, 2.0]] * 10, "z": [[0.0, 1.0]] * 10}), tmp_path / "p.pq")
+    tree = {
+        "name": "bad-pairs",
+        "dataset": {"kind": "paired_parquet", "path": str(tmp_path / "p.pq"), "shards": 1},
+        "model": {"solver": "apg"},
+        "grid": {"regimes": ["scrl"], "losses": ["lse"], "m": [1], "n": [2]},
+    }
+    done = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"))
+    assert done.returncode == 2
+    assert "dataset.y_column 'y'" in done.stderr and not (tmp_path / "runs").exists()
