@@ -177,9 +177,15 @@ class RayExecutor(Executor):
         bar = Progress(label, len(items), progress)
         results = []
         while pending:
+            # block for one result, then take every other finished one in the same call: one
+            # wait per result over a long pending list would fall behind fast cells
             ready, pending = ray.wait(pending, num_returns=1)
-            results.append(ray.get(ready[0]))
-            bar.advance()
+            if pending:
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready += more
+            for value in ray.get(ready):
+                results.append(value)
+                bar.advance()
         return results
 
     def map_workers(

@@ -267,3 +267,31 @@ def test_bad_rotations_and_shapes_are_rejected() -> None:
         excess_auc(model, Triples(wide, wide, wide), eye, eye, 1.0)
     with pytest.raises(ValueError, match="generator"):
         model.sample_pairs(3, 0)  # type: ignore[arg-type]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    temperature=st.sampled_from([0.5, 1.0, 2.0]),
+    towards_bayes=st.floats(0.0, 1.0),
+)
+def test_calibration_slack_is_nonnegative_for_random_score_models(
+    seed: int, temperature: float, towards_bayes: float
+) -> None:
+    """Li et al.'s calibration: E* - E(s) <= sqrt((2/T)(L(s) - L*)) for every score with finite
+    L(s), from random models to ones close to the Bayes score (where both sides are small); the
+    excess AUC is a common-random-numbers estimate, so it may exceed the bound only by its MC
+    error."""
+    from crl.kernels.bounds import calibration_rhs
+
+    model = CanonicalGaussian.make(RHO, True, _gen(seed % 1000))
+    M_star, B_star = model.bayes_parameters(temperature)
+    M, B = _random_params(4, temperature, seed)
+    M = towards_bayes * M_star + (1 - towards_bayes) * M
+    B = towards_bayes * B_star + (1 - towards_bayes) * B
+    risk = model.lse_risk(M, B, temperature)
+    if not math.isfinite(risk):
+        return
+    rhs = calibration_rhs(risk, model.lse_risk_star(temperature), temperature)
+    auc = excess_auc(model, sample_triples(model, 40_000, _gen(seed)), M, B, temperature)
+    assert auc.excess - 4 * auc.excess_se <= rhs, (auc.excess, auc.excess_se, rhs)

@@ -210,3 +210,23 @@ def test_user_pairs_with_a_missing_column_exit_2_naming_it(tmp_path: Path) -> No
     done = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"))
     assert done.returncode == 2
     assert "dataset.y_column 'y'" in done.stderr and not (tmp_path / "runs").exists()
+
+
+def _documented_paired_columns() -> set[str]:
+    import re
+
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("### `tables/cells.parquet` for paired data", 1)[1].split("\n###", 1)[0]
+    names: set[str] = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names |= set(re.findall(r"`([A-Za-z0-9_]+)`", line.split(" | ")[0]))
+    return names
+
+
+def test_every_paired_column_is_documented(paired_run: dict, pairs_run: dict) -> None:
+    documented = _documented_paired_columns()
+    for run in (paired_run, pairs_run):
+        assert set(run["cells"].columns) <= documented, set(run["cells"].columns) - documented
