@@ -76,7 +76,7 @@ class SampleStats:
         return self.S_pairs + self.S_neg
 
 
-def _sym_square_sum(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def sym_square_sum(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """sum_k sym(u_k w_k^T)^2 in float64, with sym(A) = (A + A^T) / 2.
 
     For H = sym(u w^T): H^2 = [(u.w)(u w^T + w u^T) + ||w||^2 u u^T + ||u||^2 w w^T] / 4.
@@ -164,7 +164,7 @@ class StatsAccumulator:
         sy = (sums * xx[:, None]).T @ y  # (p, p): sum_i ||x_i||^2 S_i y_i^T
         gram_w = gram - sy - sy.T + m * (y * xx[:, None]).T @ y
         self._A += (cross + cross.T + x.T @ (w_norms[:, None] * x) + gram_w) / 4.0
-        self._0 += _sym_square_sum(x, y)
+        self._0 += sym_square_sum(x, y)
 
     def finish(self) -> SampleStats:
         if self.n == 0:

@@ -12,12 +12,17 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.autograd.function import once_differentiable
 
 from crl.kernels import _validate
 from crl.kernels.losses import REDUCTIONS
 
+PATHS = ("auto", "direct", "chunked")
+DIRECT_MAX_LOGITS = 2**24  # "auto": one autograd pass up to this many logits (bench/dense_loss.py)
+
 __all__ = [
+    "DIRECT_MAX_LOGITS",
+    "PATHS",
     "argmax_correspondence",
     "batch_pairs",
     "dense_contrast_size",
@@ -55,16 +60,77 @@ def _pair_losses(
     flat index b*K2 + k2 of the positive, other_pos (c, K2) bool (the anchor's other positives,
     removed from the contrast set) -> (c,).
     """
-    c, k2 = other_pos.shape
     a = anchors * inv_t  # (c, C), scaled so logits = <v1, u> / T
     logits = a @ v2flat.T  # (c, B*K2)
     pos = logits.gather(1, target[:, None]).squeeze(1)  # (c,)
-    mask = torch.zeros(c, v2flat.shape[0] // k2, k2, dtype=torch.bool, device=logits.device)
-    mask[torch.arange(c, device=logits.device), image] = other_pos  # (c, B, K2)
-    lse = torch.logsumexp(logits.masked_fill(mask.view(c, -1), -math.inf), dim=1)  # (c,)
+    mask = _other_mask(image, other_pos, v2flat.shape[0])  # (c, B*K2)
+    lse = torch.logsumexp(logits.masked_fill(mask, -math.inf), dim=1)  # (c,)
     if queue is not None:
         lse = torch.logaddexp(lse, torch.logsumexp(a @ queue.T, dim=1))  # (c, Q) -> (c,)
     return lse - pos
+
+
+def _other_mask(image: torch.Tensor, other_pos: torch.Tensor, columns: int) -> torch.Tensor:
+    """Shape: image (c,), other_pos (c, K2) -> (c, B*K2) bool, True at the other positives."""
+    c, k2 = other_pos.shape
+    mask = torch.zeros(c, columns // k2, k2, dtype=torch.bool, device=other_pos.device)
+    mask[torch.arange(c, device=other_pos.device), image] = other_pos  # (c, B, K2)
+    return mask.view(c, columns)
+
+
+class _ChunkedPairLosses(torch.autograd.Function):
+    """`_pair_losses` over `chunk` rows at a time, saving only the (P,) losses; the backward pass
+    recomputes each chunk's logits and writes the softmax gradient in place:
+    d L_r / d a_r = (sum_j p_rj u_j - u_t(r)) / T, d L_r / d u_j = (p_rj - [j = t(r)]) a_r / T for
+    the rows u_j of view 2 (the queue gets none). Memory O(chunk * (B*K2 + Q)) both ways, and
+    one matmul more than a single autograd pass (the recomputation).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        anchors: torch.Tensor,
+        v2flat: torch.Tensor,
+        queue: torch.Tensor | None,
+        image: torch.Tensor,
+        target: torch.Tensor,
+        other_pos: torch.Tensor,
+        inv_t: float,
+        chunk: int,
+    ) -> torch.Tensor:
+        parts = []
+        with torch.no_grad():
+            for s in range(0, anchors.shape[0], chunk):
+                r = slice(s, s + chunk)
+                args = (anchors[r], v2flat, queue, image[r], target[r], other_pos[r], inv_t)
+                parts.append(_pair_losses(*args))
+        per = torch.cat(parts)  # (P,)
+        ctx.save_for_backward(anchors, v2flat, queue, image, target, other_pos, per)
+        ctx.inv_t, ctx.chunk = inv_t, chunk
+        return per
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple:
+        anchors, v2flat, queue, image, target, other_pos, per = ctx.saved_tensors
+        inv_t, chunk = ctx.inv_t, ctx.chunk
+        g_anchor = torch.zeros_like(anchors)  # (P, C)
+        g_v2 = torch.zeros_like(v2flat)  # (B*K2, C)
+        for s in range(0, anchors.shape[0], chunk):
+            sl = slice(s, s + chunk)
+            a, g = anchors[sl] * inv_t, grad[sl, None]  # (c, C), (c, 1)
+            rows = torch.arange(a.shape[0], device=a.device)
+            logits = a @ v2flat.T  # (c, B*K2)
+            lse = per[sl, None] + logits[rows, target[sl], None]  # (c, 1): loss + positive logit
+            mask = _other_mask(image[sl], other_pos[sl], logits.shape[1])
+            p = logits.sub_(lse).exp_().masked_fill_(mask, 0.0).mul_(g)  # g softmax
+            p[rows, target[sl]] -= g[:, 0]  # (c, B*K2): g (softmax - onehot)
+            g_rows = p @ v2flat  # (c, C)
+            if queue is not None:
+                g_rows += (a @ queue.T).sub_(lse).exp_().mul_(g) @ queue  # (c, Q) @ (Q, C)
+            g_anchor[sl] = g_rows * inv_t
+            g_v2 += p.T @ a
+        return g_anchor, g_v2, None, None, None, None, None, None
 
 
 def dense_info_nce(
@@ -75,6 +141,7 @@ def dense_info_nce(
     queue: torch.Tensor | None = None,
     chunk: int = 1024,
     reduction: str = "mean",
+    path: str = "auto",
 ) -> torch.Tensor:
     """Dense InfoNCE (THEORY C, seed 002 eq. of Sec. 4.1).
 
@@ -91,9 +158,13 @@ def dense_info_nce(
     (those with at least one pair) are averaged; all in float64. `"none"` returns per-pair losses
     in the row order of `pairs`.
 
-    Memory: pairs are processed `chunk` rows at a time; each chunk builds (chunk, B*K2 + Q)
-    logits, and activation checkpointing recomputes them in the backward pass, so the peak is
-    O(chunk * (B*K2 + Q)) instead of O(P * (B*K2 + Q)); the value does not depend on `chunk`.
+    Paths, the same per-pair function `_pair_losses` and the same values (to rounding):
+    "direct" builds all (P, B*K2 + Q) logits in one autograd pass (2 matmuls, memory O(P (B*K2 +
+    Q)), like the naive MoCo-style loss); "chunked" processes `chunk` pairs at a time and
+    recomputes each chunk's logits in a hand-written backward pass (3 matmuls, memory O(chunk
+    (B*K2 + Q))). "auto" takes "direct" when P (B*K2 + Q) <= DIRECT_MAX_LOGITS, "chunked" above:
+    on the CPU the chunked pass is as fast as the direct one from about that size up, and both
+    beat the naive loss at every size measured (bench/dense_loss.py).
 
     Shape: v1 (B, K1, C), v2 (B, K2, C) unit-normalised, pairs (P, 3) int64 rows (b, k1, k2)
     without duplicates, queue (Q, C) -> () for "mean", (P,) for "none".
@@ -101,6 +172,7 @@ def dense_info_nce(
     _validate.choice("reduction", reduction, REDUCTIONS)
     T = _validate.positive("temperature", temperature)
     _validate.at_least("chunk", chunk, 1)
+    _validate.choice("path", path, PATHS)
     v1, v2 = _validate.floating("v1", v1), _validate.floating("v2", v2)
     _validate.shape("v1", v1, "(B, K1, C) with B, K1, C >= 1", v1.ndim == 3 and v1.numel() > 0)
     B, K1, C = v1.shape
@@ -134,26 +206,16 @@ def dense_info_nce(
     is_pos[position, k2] = True
     v2flat = v2.reshape(B * K2, C)  # (B*K2, C)
     target = b * K2 + k2  # (P,)
-    chunks = []
-    for start in range(0, pairs.shape[0], chunk):
-        sl = slice(start, start + chunk)
-        other_pos = is_pos[position[sl]]  # (c, K2)
-        other_pos[torch.arange(other_pos.shape[0], device=v1.device), k2[sl]] = False
-        chunks.append(
-            checkpoint(
-                _pair_losses,
-                v1[b[sl], k1[sl]],
-                v2flat,
-                queue,
-                b[sl],
-                target[sl],
-                other_pos,
-                1.0 / T,
-                use_reentrant=False,
-                preserve_rng_state=False,
-            )
-        )
-    per_pair = torch.cat(chunks)  # (P,)
+    other_pos = is_pos[position]  # (P, K2): the positives of each pair's anchor ...
+    other_pos[torch.arange(pairs.shape[0], device=v1.device), k2] = False  # ... but its own
+    columns = B * K2 + (0 if queue is None else queue.shape[0])
+    if path == "auto":
+        path = "direct" if pairs.shape[0] * columns <= DIRECT_MAX_LOGITS else "chunked"
+    args = (v1[b, k1], v2flat, queue, b, target, other_pos, 1.0 / T)
+    if path == "direct":
+        per_pair = _pair_losses(*args)  # (P,)
+    else:
+        per_pair = _ChunkedPairLosses.apply(*args, chunk)  # (P,)
     if reduction == "none":
         return per_pair
     per_position = _group_mean(per_pair.double(), position)  # (|K+| over the batch,)
@@ -246,10 +308,15 @@ def geometric_correspondence(
     rows, cols = torch.meshgrid(torch.arange(h1), torch.arange(w1), indexing="ij")  # (H1, W1)
     k1 = (rows * w1 + cols).flatten()  # (H1*W1,)
     img_col = (w1 - 1 - cols if flip1 else cols).flatten().double()
-    cx = bx1[0] + (img_col + 0.5) * (bx1[2] - bx1[0]) / w1  # (H1*W1,) centres in the image
-    cy = bx1[1] + (rows.flatten().double() + 0.5) * (bx1[3] - bx1[1]) / h1
-    col2 = torch.floor((cx - bx2[0]) * w2 / (bx2[2] - bx2[0])).long()
-    row2 = torch.floor((cy - bx2[1]) * h2 / (bx2[3] - bx2[1])).long()
+
+    def cell2(j: torch.Tensor, lo1: float, hi1: float, n1: int, lo2: float, hi2: float, n2: int):
+        # cell of [lo2, hi2) / n2 holding the centre lo1 + (j + 1/2)(hi1 - lo1)/n1, as ONE division
+        # of (for integer boxes) exact integers: a centre on a cell edge is never rounded below it
+        num = (2 * n1 * (lo1 - lo2) + (2 * j + 1) * (hi1 - lo1)) * n2
+        return torch.floor(num / (2 * n1 * (hi2 - lo2))).long()
+
+    col2 = cell2(img_col, bx1[0], bx1[2], w1, bx2[0], bx2[2], w2)  # (H1*W1,)
+    row2 = cell2(rows.flatten().double(), bx1[1], bx1[3], h1, bx2[1], bx2[3], h2)
     inside = (col2 >= 0) & (col2 < w2) & (row2 >= 0) & (row2 < h2)
     if flip2:
         col2 = w2 - 1 - col2

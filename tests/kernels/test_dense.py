@@ -11,6 +11,16 @@ import torch
 import torch.nn.functional as F
 
 from crl import dense
+from crl.kernels import dense as kernels_dense
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors: two torch threads on a busy 2-CPU runner are far slower than one."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -137,6 +147,64 @@ def test_mi_lower_bound() -> None:
         dense.mi_lower_bound(loss, torch.tensor([3, 0]))
 
 
+@pytest.mark.parametrize("with_queue", [False, True])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1000])
+def test_chunked_path_equals_direct_path_values_and_gradients(with_queue: bool, chunk: int) -> None:
+    """The hand-written backward of the chunked path against autograd through the direct one."""
+    queue = _unit(9, 5, seed=6) if with_queue else None
+    results = []
+    for path in ("direct", "chunked"):
+        v1 = _unit(3, 4, 5, seed=4).requires_grad_()
+        v2 = _unit(3, 6, 5, seed=5).requires_grad_()
+        per = dense.dense_info_nce(
+            v1, v2, PAIRS, 0.3, queue=queue, chunk=chunk, reduction="none", path=path
+        )
+        mean = dense.dense_info_nce(v1, v2, PAIRS, 0.3, queue=queue, chunk=chunk, path=path)
+        weights = torch.linspace(0.5, 2.0, len(PAIRS), dtype=torch.float64)
+        grads = torch.autograd.grad((per * weights).sum() + mean, (v1, v2))
+        results.append((per, mean, grads))
+    (p0, m0, g0), (p1, m1, g1) = results
+    torch.testing.assert_close(p1, p0, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(m1, m0, rtol=1e-13, atol=1e-13)
+    for a, b in zip(g1, g0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_chunked_path_gradcheck_and_no_gradient_into_queue() -> None:
+    v1 = _unit(3, 4, 3, seed=7).requires_grad_()
+    v2 = _unit(3, 6, 3, seed=8).requires_grad_()
+    queue = _unit(4, 3, seed=9).requires_grad_()
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return dense.dense_info_nce(a, b, PAIRS, 0.5, queue=queue, chunk=3, path="chunked")
+
+    assert torch.autograd.gradcheck(f, (v1, v2))
+    f(v1, v2).backward()
+    assert queue.grad is None
+
+
+def test_chunked_path_float32_small_temperature_is_finite() -> None:
+    v1 = _unit(2, 4, 8, seed=10).float().requires_grad_()
+    v2 = _unit(2, 6, 8, seed=11).float().requires_grad_()
+    pairs = _pairs([(0, 0, 0), (1, 3, 5)])
+    queue = _unit(16, 8, seed=12).float()
+    loss = dense.dense_info_nce(v1, v2, pairs, 1e-4, queue=queue, chunk=1, path="chunked")
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(v1.grad).all() and torch.isfinite(v2.grad).all()
+
+
+def test_auto_path_switches_at_direct_max_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P (B*K2 + Q) = 7 * (18 + 9) = 189 logits: direct at the threshold, chunked above it."""
+    v1 = _unit(3, 4, 5, seed=4).requires_grad_()
+    v2, queue = _unit(3, 6, 5, seed=5), _unit(9, 5, seed=6)
+    names = []
+    for limit in (189, 188):
+        monkeypatch.setattr(kernels_dense, "DIRECT_MAX_LOGITS", limit)
+        out = dense.dense_info_nce(v1, v2, PAIRS, 0.3, queue=queue, reduction="none")
+        names.append(type(out.grad_fn).__name__)
+    assert "Chunked" not in names[0] and "Chunked" in names[1]
+
+
 # ---- correspondences ----
 
 
@@ -164,6 +232,14 @@ def test_geometric_half_overlap() -> None:
     assert got.tolist() == [[1, 0], [3, 2]]
     flipped = dense.geometric_correspondence((0, 0, 4, 4), (2, 0, 6, 4), (2, 2), (2, 2), flip2=True)
     assert flipped.tolist() == [[1, 1], [3, 3]]
+
+
+def test_geometric_centre_on_a_cell_edge_goes_to_the_cell_above_it() -> None:
+    """Box 1 rows [7, 33) / 7: row 5's centre is 7 + 5.5 * 26/7 = 27.43 = 12 + 4 * 27/7, the edge
+    between rows 3 and 4 of box 2 [12, 39) / 7; half-open cells put it in row 4 (computing the
+    centre first and dividing again rounded it into row 3)."""
+    got = dense.geometric_correspondence((23, 7, 51, 33), (17, 12, 44, 39), (7, 7), (7, 7))
+    assert dict(got.tolist())[35] == 4 * 7 + 2
 
 
 def test_geometric_different_grids() -> None:
@@ -263,6 +339,7 @@ BAD = [
     (lambda: dense.dense_info_nce(V1, V2, PAIRS, 0.0), "temperature"),
     (lambda: dense.dense_info_nce(V1, V2, PAIRS, 0.5, chunk=0), "chunk"),
     (lambda: dense.dense_info_nce(V1, V2, PAIRS, 0.5, reduction="sum"), "reduction"),
+    (lambda: dense.dense_info_nce(V1, V2, PAIRS, 0.5, path="fast"), "path"),
     (lambda: dense.dense_info_nce(V1[0], V2, PAIRS, 0.5), "v1"),
     (lambda: dense.dense_info_nce(V1, V2[:2], PAIRS, 0.5), "v2"),
     (lambda: dense.dense_info_nce(V1, V2.float(), PAIRS, 0.5), "v2"),
