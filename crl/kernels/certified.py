@@ -44,6 +44,7 @@ __all__ = [
     "gamma_s",
     "loss_constants",
     "lse_inner_bound",
+    "smooth_bias",
     "lse_inner_estimate",
     "sample_stats",
     "sscrl_inner",
@@ -292,7 +293,7 @@ def gamma_e(n: int, m: int, p: int, constants: LossConstants, d: int, delta: flo
     return Certificate(routes[route] + concentration, routes[route], concentration, route)
 
 
-def _bias(c: float, tau: float, R: float, m: int) -> float:
+def smooth_bias(c: float, tau: float, R: float, m: int) -> float:
     """min{2 c R^2 / tau, c (e^{R^2/tau} - 1)^2 / (2m)} (Thms 5.1, 5.2)."""
     return min(2.0 * c * R * R / tau, c * math.expm1(R * R / tau) ** 2 / (2.0 * m))
 
@@ -300,7 +301,7 @@ def _bias(c: float, tau: float, R: float, m: int) -> float:
 def lse_inner_bound(m: int, R: float, temperature: float) -> float:
     """Thm 5.1: 0 <= L(f) - L_m(f) <= min{2R^2, T (e^{R^2/T} - 1)^2 / (2m)} for every f."""
     m = _validate.at_least("m", m, 1)
-    return _bias(
+    return smooth_bias(
         _validate.positive("temperature", temperature), temperature, _validate.positive("R", R), m
     )
 
@@ -321,7 +322,7 @@ def sscrl_inner(constants: LossConstants, delta: float) -> float | None:
     deviation = (e - 1.0 / e) * math.sqrt(math.log(2.0 / delta) / (2.0 * m))
     inner = constants.lip_mu * (spread + deviation)
     if constants.loss != "lse":
-        inner += _bias(constants.c, tau, R, m)
+        inner += smooth_bias(constants.c, tau, R, m)
     return inner
 
 

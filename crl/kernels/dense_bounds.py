@@ -11,8 +11,7 @@ c_V = sqrt(3) in V and Vw, Maurer's sqrt(2) in B2, as BOUNDS-DENSE.md's numbers 
 
 - `gamma_dense_V`, `gamma_dense_S`: Thm D4 (S-form, data-dependent) from `DenseStats`.
 - `gamma_dense_E`: Thm D5 (E-form, data-free, regularity (R), one positive per position).
-- `queue_outer_S`, `queue_outer_E`: Thm D6 (the queue repeated in every image) at delta / 2;
-  `queue_inner`: Thm D7 at delta / 2; `queue_bound`: Corollary D7.1; `queue_inner_lower`: D8.
+The shared queue (Thms D6-D8) is crl.kernels.dense_queue.
 Prop. D9's lower confidence bound on I(U; V) is crl.kernels.dense_mi.
 """
 
@@ -32,8 +31,6 @@ __all__ = [
     "CorrespondenceWeights",
     "DenseStats",
     "DenseStatsAccumulator",
-    "InnerBound",
-    "QueueBound",
     "correspondence_weights",
     "dense_range",
     "dense_routes_E",
@@ -44,11 +41,6 @@ __all__ = [
     "lipschitz_dense",
     "negatives_count",
     "omega",
-    "queue_bound",
-    "queue_inner",
-    "queue_inner_lower",
-    "queue_outer_E",
-    "queue_outer_S",
 ]
 
 REGIMES = ("own", "ext")
@@ -334,76 +326,3 @@ def gamma_dense_E(
     N = negatives_count(k, m, regime)
     conc = dense_range(N, N, R, T)[1] * math.sqrt(math.log(2 / delta) / (2 * n))
     return Certificate(terms[route] + conc, terms[route], conc, route)
-
-
-def queue_outer_S(
-    stats: DenseStats, d: int, delta: float, negatives_range: tuple[int, int]
-) -> Certificate:
-    """Thm D6, data-dependent: gamma_dense_S at delta / 2, the stats built with the queue passed
-    as every image's negatives; bounds sup_W |L_hat - L_Y| for the fixed queue Y."""
-    return gamma_dense_S(stats, d, _validate.open_unit("delta", delta) / 2, negatives_range)
-
-
-def queue_outer_E(
-    n: int,
-    k: int,
-    m: int,
-    p: int,
-    d: int,
-    R: float,
-    T: float,
-    delta: float,
-    regime: str,
-    full: bool = False,
-) -> Certificate:
-    """Thm D6, data-free: gamma_dense_E at delta / 2."""
-    delta = _validate.open_unit("delta", delta)
-    return gamma_dense_E(n, k, m, p, d, R, T, delta / 2, regime, full)
-
-
-@dataclass(frozen=True)
-class InnerBound:
-    """Thm D7 at delta2: value = lip_mu * delta_m + bias (|L_Y - L_m| <= value, one side
-    without the bias)."""
-
-    value: float
-    lip_mu: float
-    delta_m: float
-    bias: float
-    delta2: float
-
-
-def queue_inner(m: int, R: float, T: float, delta: float, n_in_min: int = 0) -> InnerBound:
-    """Thm D7 at delta2 = delta / 2 (Corollary D7.1): Lip_mu = m e^{R^2/T} / (m + 1 + N_in,min),
-    Delta_m = 2 R^2 e^{R^2/T} / (T sqrt m) + (e^{R^2/T} - e^{-R^2/T}) sqrt(ln(2/delta2) / (2m)),
-    bias_m = min{2R^2/T, (e^{R^2/T} - 1)^2 / (2m)}. n_in_min: 0 for "ext", K - P_max for "own"."""
-    m, n_in = _validate.at_least("m", m, 1), _validate.at_least("n_in_min", n_in_min, 0)
-    R, T = _validate.positive("R", R), _validate.positive("T", T)
-    delta2 = _validate.open_unit("delta", delta) / 2
-    e = math.exp(R * R / T)
-    lip = m * e / (m + 1 + n_in)
-    spread = 2 * R * R * e / (T * math.sqrt(m))
-    dm = spread + (e - 1 / e) * math.sqrt(math.log(2 / delta2) / (2 * m))
-    bias = min(2 * R * R / T, math.expm1(R * R / T) ** 2 / (2 * m))
-    return InnerBound(lip * dm + bias, lip, dm, bias, delta2)
-
-
-@dataclass(frozen=True)
-class QueueBound:
-    """Corollary D7.1: |L_hat - L_m| <= outer(delta/2) + inner(delta/2), for all W."""
-
-    value: float
-    outer: Certificate
-    inner: InnerBound
-
-
-def queue_bound(outer: Certificate, inner: InnerBound) -> QueueBound:
-    return QueueBound(outer.value + inner.value, outer, inner)
-
-
-def queue_inner_lower(m: int, R: float, T: float) -> float:
-    """Prop. D8: a law and a W with L_m - L_Y >= (1 - (1 - 1/m)^m) log(1 + (e^{2R^2/T} - 1)/(m+1))
-    with probability >= (1 - 1/m)^m over the queue: no certified inner bound can be smaller."""
-    m = _validate.at_least("m", m, 2)
-    R, T = _validate.positive("R", R), _validate.positive("T", T)
-    return -math.expm1(m * math.log1p(-1 / m)) * math.log1p(math.expm1(2 * R * R / T) / (m + 1))

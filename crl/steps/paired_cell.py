@@ -28,7 +28,7 @@ from crl.core.config import Config
 from crl.kernels import bounds, score_model, stats
 from crl.kernels.latent.canonical import CanonicalGaussian, Triples, excess_auc, sample_triples
 from crl.kernels.seeding import generator
-from crl.kernels.solver import SolverSpec
+from crl.kernels.solver import Solution, SolverSpec
 
 if TYPE_CHECKING:
     from crl.steps.cell import CellKey
@@ -72,6 +72,35 @@ def draw(
     return score_model.PairedSample(x, y, model.sample_marginal(shape, neg_gen))
 
 
+def head(cell_id: str, key: CellKey, p: int, R: float, config: Config) -> dict:
+    """The key columns every paired cell row starts with."""
+    return {
+        "cell_id": cell_id,
+        "family": "paired",
+        "regime": key.regime,
+        "loss": key.loss,
+        "m": key.m,
+        "n": key.n,
+        "seed": key.seed,
+        "p": p,
+        "R": R,
+        "temperature": config.eval.temperature,
+        "delta": config.eval.delta,
+    }
+
+
+def fit_columns(score: score_model.QuadraticScore, solution: Solution, R: float) -> dict:
+    """How the solver ended and where the fitted score sits in the ball."""
+    return {
+        "solver_iterations": solution.iterations,
+        "solver_criterion": solution.criterion,
+        "solver_converged": solution.converged,
+        "solver_restarts": solution.restarts,
+        "theta_norm": score.norm,
+        "on_boundary": bool(score.norm >= R * (1 - 1e-6)),
+    }
+
+
 def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSource) -> dict:
     """Fit and evaluate one paired cell; returns its row (without provenance)."""
     started = time.perf_counter()
@@ -88,17 +117,7 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
     rhs = bounds.calibration_rhs(risk, risk_star, T, clip=True) if finite else math.inf
     z = stats.z_value(0.95)
     return {
-        "cell_id": cell_id,
-        "family": "paired",
-        "regime": key.regime,
-        "loss": key.loss,
-        "m": key.m,
-        "n": key.n,
-        "seed": key.seed,
-        "p": model.p,
-        "R": R,
-        "temperature": T,
-        "delta": config.eval.delta,
+        **head(cell_id, key, model.p, R, config),
         "mutual_information": model.mutual_information,
         "train_loss": train_loss,
         "test_loss": risk,
@@ -115,12 +134,7 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
         "calibration_rhs": rhs,
         "calibration_slack": rhs - auc.excess,
         "calibration_holds": bool(auc.excess - z * auc.excess_se <= rhs),
-        "solver_iterations": solution.iterations,
-        "solver_criterion": solution.criterion,
-        "solver_converged": solution.converged,
-        "solver_restarts": solution.restarts,
-        "theta_norm": score.norm,
-        "on_boundary": bool(score.norm >= R * (1 - 1e-6)),
+        **fit_columns(score, solution, R),
         "bounds_note": BOUNDS_NOTE,
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",

@@ -26,7 +26,7 @@ from crl.core.config import Config
 from crl.kernels import certified_paired, losses, metrics, score_model, stats
 from crl.kernels.seeding import generator
 from crl.kernels.solver import SolverSpec
-from crl.steps import data
+from crl.steps import data, paired_cell
 from crl.steps.certify import within
 from crl.steps.features import Normalizer
 
@@ -155,17 +155,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
     target = held["test_loss_shared"] - train_loss if shared else gap
     best = gamma.value + (inner or 0.0)
     return {
-        "cell_id": cell_id,
-        "family": "paired",
-        "regime": key.regime,
-        "loss": key.loss,
-        "m": key.m,
-        "n": key.n,
-        "seed": key.seed,
-        "p": int(sample.x.shape[1]),
-        "R": R,
-        "temperature": T,
-        "delta": delta,
+        **paired_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
         "train_loss": train_loss,
         **held,
         "test_loss_exact": False,
@@ -191,12 +181,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         "best_bound": best,
         "bound_over_gap": best / abs(target) if target else None,
         "bounds_seconds": time.perf_counter() - bounds_started,
-        "solver_iterations": solution.iterations,
-        "solver_criterion": solution.criterion,
-        "solver_converged": solution.converged,
-        "solver_restarts": solution.restarts,
-        "theta_norm": score.norm,
-        "on_boundary": bool(score.norm >= R * (1 - 1e-6)),
+        **paired_cell.fit_columns(score, solution, R),
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }

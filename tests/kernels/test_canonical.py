@@ -23,15 +23,6 @@ F64 = torch.float64
 RHO = (0.9, 0.7, 0.5, 0.3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small (K, 4) tensors: two torch threads on a busy 2-CPU runner are ~50x slower than one."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

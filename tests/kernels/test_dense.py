@@ -14,15 +14,6 @@ from crl import dense
 from crl.kernels import dense as kernels_dense
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: two torch threads on a busy 2-CPU runner are far slower than one."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

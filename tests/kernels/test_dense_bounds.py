@@ -10,19 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from crl.kernels import certified, dense, dense_bounds, dense_mi
+from crl.kernels import certified, dense, dense_bounds, dense_mi, dense_queue
 from crl.kernels.loss_constants import loss_constants
 
 F64 = torch.float64
 DELTA = 0.05
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -195,7 +187,7 @@ def test_accumulator_matches_the_formulas_by_definition(regime: str, T: float) -
     assert dense_bounds.gamma_dense_V(s, d, DELTA, support).value == pytest.approx(
         want["V"] + conc, rel=1e-12
     )
-    outer = dense_bounds.queue_outer_S(s, d, DELTA, support)
+    outer = dense_queue.queue_outer_S(s, d, DELTA, support)
     assert outer.concentration_term == pytest.approx(
         conc * math.sqrt(math.log(8 / DELTA) / math.log(4 / DELTA))
     )
@@ -404,8 +396,8 @@ def test_table_7_4_inner_error(line: str) -> None:
     d2 = DELTA / 2
     want_dm = 2 * e / (T * math.sqrt(m)) + (e - 1 / e) * math.sqrt(math.log(2 / d2) / (2 * m))
     want_bias = min(2 / T, (e - 1) ** 2 / (2 * m))
-    ext = dense_bounds.queue_inner(m, 1.0, T, DELTA)
-    own = dense_bounds.queue_inner(m, 1.0, T, DELTA, n_in_min=63)
+    ext = dense_queue.queue_inner(m, 1.0, T, DELTA)
+    own = dense_queue.queue_inner(m, 1.0, T, DELTA, n_in_min=63)
     assert ext.delta2 == d2 and ext.delta_m == pytest.approx(want_dm, rel=1e-12)
     assert ext.bias == pytest.approx(want_bias, rel=1e-12)
     assert ext.lip_mu == pytest.approx(m * e / (m + 1), rel=1e-12)
@@ -432,9 +424,9 @@ def test_section_7_4_totals_add_outer_and_inner() -> None:
         (1.15, 256, 2.66, 0.67),
         (2.3, 256, 3.81, 0.96),
     ):
-        inner = dense_bounds.queue_inner(m, 1.0, 1.0, DELTA)
+        inner = dense_queue.queue_inner(m, 1.0, 1.0, DELTA)
         out = dense_bounds.Certificate(outer, 0.0, 0.0, "quoted")
-        got = dense_bounds.queue_bound(out, inner).value
+        got = dense_queue.queue_bound(out, inner).value
         assert abs(got - total) <= 0.005 + 0.005 + 1e-12  # the quoted outer is rounded too
         assert abs(total / _range(m, 1.0, 1.0) - ratio) <= 0.005 + 1e-12
 
@@ -447,7 +439,7 @@ def test_prop_d8_lower_bound_and_exact_binomial_numbers() -> None:
         (1.0, (None, None, None), ("0.29", "0.024", "0.002")),
     ):
         for m, low, exact in zip((16, 256, 4096), lows, exacts, strict=True):
-            bound = dense_bounds.queue_inner_lower(m, 1.0, T)
+            bound = dense_queue.queue_inner_lower(m, 1.0, T)
             want = (1 - (1 - 1 / m) ** m) * math.log(1 + (math.exp(2 / T) - 1) / (m + 1))
             assert bound == pytest.approx(want, rel=1e-12)
             if low:
@@ -623,8 +615,8 @@ BAD = [
     ),
     (lambda: dense_bounds.gamma_dense_E(0, 4, 1, 2, 2, 1.0, 1.0, DELTA, "own"), "n"),
     (lambda: dense_bounds.gamma_dense_E(8, 4, 1, 2, 2, 1.0, 1.0, 1.5, "own"), "delta"),
-    (lambda: dense_bounds.queue_inner(0, 1.0, 1.0, DELTA), "m"),
-    (lambda: dense_bounds.queue_inner_lower(1, 1.0, 1.0), "m"),
+    (lambda: dense_queue.queue_inner(0, 1.0, 1.0, DELTA), "m"),
+    (lambda: dense_queue.queue_inner_lower(1, 1.0, 1.0), "m"),
     (
         lambda: dense_mi.mi_lcb(torch.ones(4, dtype=F64), 4, 1.0, 1.0, DELTA, method="x"),
         "method",

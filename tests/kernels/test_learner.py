@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -24,15 +22,6 @@ from crl.kernels.learner import (
 from crl.kernels.solver import SolverSpec
 
 LOSSES = ("hinge", "logistic", "lse", "info_nce")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread, as a cell runs (tiny tensors: two threads on two cores only spin)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
