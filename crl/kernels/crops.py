@@ -32,6 +32,7 @@ from crl.kernels.dense import geometric_correspondence
 __all__ = [
     "Views",
     "correspondence_pairs",
+    "box_correspondence",
     "crop_boxes",
     "grid_correspondence",
     "random_views",
@@ -237,12 +238,29 @@ def grid_correspondence(
         ok = isinstance(g, tuple) and len(g) == 2
         if not (ok and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in g)):
             raise ValueError(f"{name}={g!r}: expected (H, W) with integers >= 1")
-    n = view1.boxes.shape[0]
-    if view2.boxes.shape[0] != n:
-        raise ValueError(f"view2 has {view2.boxes.shape[0]} images: expected {n} (as view1)")
+    if view2.boxes.shape[0] != view1.boxes.shape[0]:
+        raise ValueError(
+            f"view2 has {view2.boxes.shape[0]} images: expected {view1.boxes.shape[0]} (as view1)"
+        )
+    return box_correspondence(view1.boxes, view2.boxes, view1.flips, view2.flips, grid1, grid2)
+
+
+def box_correspondence(
+    boxes1: torch.Tensor,
+    boxes2: torch.Tensor,
+    flips1: torch.Tensor,
+    flips2: torch.Tensor,
+    grid1: tuple[int, int],
+    grid2: tuple[int, int],
+) -> torch.Tensor:
+    """`grid_correspondence` from the recorded geometry alone (no pixels).
+
+    Shape: boxes1, boxes2 (n, 4), flips1, flips2 (n,) bool -> (n, H1*W1) int64 on the CPU.
+    """
+    n = boxes1.shape[0]
     out = torch.full((n, grid1[0] * grid1[1]), -1, dtype=torch.int64)
-    b1, b2 = view1.boxes.cpu().tolist(), view2.boxes.cpu().tolist()
-    f1, f2 = view1.flips.cpu().tolist(), view2.flips.cpu().tolist()
+    b1, b2 = boxes1.cpu().tolist(), boxes2.cpu().tolist()
+    f1, f2 = flips1.cpu().tolist(), flips2.cpu().tolist()
     for i in range(n):
         pairs = geometric_correspondence(b1[i], b2[i], grid1, grid2, f1[i], f2[i])  # (P, 2)
         out[i, pairs[:, 0]] = pairs[:, 1]

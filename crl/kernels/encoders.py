@@ -13,7 +13,7 @@ from torch import nn
 
 from crl.kernels.seeding import generator
 
-__all__ = ["RandomFeatures", "SmallCNN", "square_side"]
+__all__ = ["RandomConv", "RandomFeatures", "SmallCNN", "square_side"]
 
 
 def square_side(in_dim: int) -> int:
@@ -65,3 +65,39 @@ class SmallCNN(nn.Module):
         grid = x.reshape(-1, 1, self.side, self.side)
         hidden = torch.relu(self.conv2(torch.relu(self.conv1(grid))))
         return self.head(self.pool(hidden).flatten(1))
+
+
+class RandomConv(nn.Module):
+    """A frozen dense backbone: `layers` 3x3 conv + ReLU layers of `channels` (He-scaled random
+    weights from `seed`, zero bias), the first `downsample` with stride 2; the feature map is
+    average-pooled to a grid x grid grid of position features.
+
+    Shape: images (N, c_in, S, S) -> (N, grid * grid, channels), positions row-major.
+    """
+
+    def __init__(
+        self, in_channels: int, channels: int, layers: int, downsample: int, grid: int, seed: int
+    ) -> None:
+        super().__init__()
+        gen = generator(seed, "random-conv")
+        convs = []
+        width = in_channels
+        for layer in range(layers):
+            conv = nn.Conv2d(width, channels, 3, stride=2 if layer < downsample else 1, padding=1)
+            with torch.no_grad():
+                fan_in = width * 9
+                conv.weight.copy_(
+                    torch.randn(conv.weight.shape, generator=gen) * math.sqrt(2.0 / fan_in)
+                )
+                conv.bias.zero_()
+            convs.append(conv)
+            width = channels
+        self.convs = nn.ModuleList(convs)
+        self.pool = nn.AdaptiveAvgPool2d(grid)
+        self.requires_grad_(False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        hidden = images
+        for conv in self.convs:
+            hidden = torch.relu(conv(hidden))  # (N, channels, S', S')
+        return self.pool(hidden).flatten(2).transpose(1, 2)  # (N, grid^2, channels)
