@@ -25,6 +25,7 @@ from crl.core.datasets import PairedParquetData as PairedParquetData
 from crl.core.datasets import ParquetData as ParquetData
 from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
+from crl.core.dense_config import IMAGE_KINDS, DenseConfig
 from crl.core.errors import ConfigError
 from crl.core.strict import Strict as _Strict
 
@@ -44,9 +45,17 @@ VALID_OBJECTIVES = {
 class _Run(_Strict):
     """A validated top-level config; its canonical hash names the run folder."""
 
+    # optional sections left out of the hash when absent, so adding one to the schema does not
+    # rename the folders of configs that do not use it
+    _HASH_OMITS_NONE: tuple[str, ...] = ()
+
     def hash(self) -> str:
         """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        tree = self.model_dump(mode="json")
+        for key in self._HASH_OMITS_NONE:
+            if tree.get(key) is None:
+                tree.pop(key, None)
+        canonical = json.dumps(tree, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     def run_id(self) -> str:
@@ -152,19 +161,37 @@ class RuntimeConfig(_Strict):
 
 
 class Config(_Run):
-    """A `crl run` config: dataset, encoder, learner, grid, evaluation, runtime."""
+    """A `crl run` config: dataset, encoder, learner, grid, evaluation, runtime; and/or a
+    `dense` section (crl.core.dense_config). `dataset` and `grid` go together; a config with
+    only a `dense` section runs dense cells alone."""
+
+    _HASH_OMITS_NONE = ("dense",)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
     seed: int = 0
-    dataset: Dataset
+    dataset: Dataset | None = None
     encoder: EncoderConfig = EncoderConfig()
     model: ModelConfig = ModelConfig()
-    grid: GridConfig
+    grid: GridConfig | None = None
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    dense: DenseConfig | None = None
+
+    @model_validator(mode="after")
+    def _sections(self) -> Config:
+        if (self.dataset is None) != (self.grid is None):
+            missing = "dataset" if self.dataset is None else "grid"
+            raise ValueError(
+                f"{missing}: required with {'grid' if missing == 'dataset' else 'dataset'}"
+            )
+        if self.grid is None and self.dense is None:
+            raise ValueError("grid: required (with dataset), unless the config has a dense section")
+        return self
 
     @model_validator(mode="after")
     def _paired_model(self) -> Config:
+        if self.grid is None:
+            return self
         paired = is_paired(self.dataset)
         if self.model.R_times_bayes is not None and self.dataset.kind != "paired_gaussian":
             raise ValueError("model.R_times_bayes: only for dataset.kind paired_gaussian")
@@ -180,7 +207,8 @@ class Config(_Run):
         """The metrics whose m*(n) the fits table reports (eval.m_star.metrics or the default)."""
         if self.eval.m_star.metrics is not None:
             return list(self.eval.m_star.metrics)
-        return ["excess_auc"] if self.dataset.kind == "paired_gaussian" else ["auc_error"]
+        paired_gaussian = self.dataset is not None and self.dataset.kind == "paired_gaussian"
+        return ["excess_auc"] if paired_gaussian else ["auc_error"]
 
 
 def objectives(grid: GridConfig) -> list[tuple[str, str]]:
@@ -219,7 +247,7 @@ def _field_path(loc: tuple) -> str:
     return ".".join(
         p
         for i, p in enumerate(parts)
-        if not (i and parts[i - 1] == "dataset" and p in DATASET_KINDS)
+        if not (i and parts[i - 1] in ("dataset", "images") and p in DATASET_KINDS + IMAGE_KINDS)
     )
 
 

@@ -5,7 +5,7 @@ executor. The steps (what a unit computes and writes) are in crl.steps.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
-from crl.steps import cell, check_unit, data, paired_cell, paired_split_cell
+from crl.steps import cell, check_unit, data, dense_cell, image_data, paired_cell, paired_split_cell
 from crl.steps.atomic import write_parquet_atomic
+from crl.steps.dense_embed import DenseEmbedder
+from crl.steps.dense_features import load_dense_features
 from crl.steps.embed import Embedder, features_path
 from crl.steps.features import load_features, tau_of
 from crl.steps.runfolder import CheckPaths, RunPaths
@@ -52,23 +54,62 @@ def _raise_failures(stage: str, results: list) -> None:
 
 
 def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
-    """Write every missing data shard (none for the paired Gaussian, drawn in the cells).
-    Returns shards written."""
-    if config.dataset.kind == "paired_gaussian":
-        return 0
+    """Write every missing data shard (none for the paired Gaussian, drawn in the cells), and
+    the image shards of the dense section. Returns shards written."""
+    written = _materialize_images(config, paths, executor)
+    if config.grid is None or config.dataset.kind == "paired_gaussian":
+        return written
     sizes = data.split_sizes(config.dataset)
     plan = data.shard_plan(config.dataset, sizes)
     todo = [s for s in plan if not _complete(data.shard_path(paths.data, s), s.rows)]
     job = data.ShardJob(config.dataset, config.seed, paths.data, paths.staging)
     results = executor.map(data.write_shard, todo, job, label="shards", progress=False)
     _raise_failures("materialize", results)
+    return written + len(todo)
+
+
+def _materialize_images(config: Config, paths: RunPaths, executor: Executor) -> int:
+    """The dense section's image shards (both views and their geometry)."""
+    if config.dense is None:
+        return 0
+    plan = image_data.shard_plan(config.dense, image_data.split_sizes(config.dense))
+    todo = [s for s in plan if not _complete(image_data.shard_path(paths.dense_data, s), s.rows)]
+    job = image_data.ImageShardJob(config.dense, config.seed, paths.dense_data, paths.staging)
+    results = executor.map(
+        image_data.write_image_shard, todo, job, label="image shards", progress=False
+    )
+    _raise_failures("materialize", results)
+    return len(todo)
+
+
+def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress: bool) -> int:
+    """The dense backbone over every image shard without position features."""
+    if config.dense is None:
+        return 0
+    shards = sorted(paths.dense_data.glob("split=*/part-*.parquet"))
+    rows = {s: pq.read_metadata(s).num_rows for s in shards}
+    todo = [
+        s
+        for s in shards
+        if not _complete(paths.dense_features / s.relative_to(paths.dense_data), rows[s])
+    ]
+    args = (
+        config.dense,
+        image_data.channels(config.dense),
+        paths.dense_data,
+        paths.dense_features,
+        paths.staging,
+    )
+    executor.map_workers(DenseEmbedder, args, todo, label="dense embed", progress=progress)
     return len(todo)
 
 
 def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
-    """Run the frozen encoder over every shard without features. Returns shards written."""
-    if is_paired(config.dataset):
-        return 0
+    """Run the frozen encoder over every shard without features (and the dense backbone over
+    every image shard). Returns shards written."""
+    written = _embed_images(config, paths, executor, progress)
+    if config.grid is None or is_paired(config.dataset):
+        return written
     shards = sorted(paths.data.glob("split=*/part-*.parquet"))
     rows = {s: pq.read_metadata(s).num_rows for s in shards}
     todo = [
@@ -76,7 +117,7 @@ def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = 
     ]
     args = (config.encoder, paths.data, paths.features, paths.staging)
     executor.map_workers(Embedder, args, todo, label="embed", progress=progress)
-    return len(todo)
+    return written + len(todo)
 
 
 @dataclass(frozen=True)
@@ -111,7 +152,18 @@ def _other_commit(path: Path, commit: str) -> bool:
 
 
 def _cell_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
-    """The shared part of every cell: the features and tau, or the paired source."""
+    """The shared part of every cell: the features and tau, or the paired source; and the dense
+    position features."""
+    job = _grid_job(config, paths, commit)
+    if config.dense is None:
+        return job
+    grid = config.dense.backbone.grid
+    return replace(job, dense=load_dense_features(paths.dense_features, grid * grid))
+
+
+def _grid_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
+    if config.grid is None:
+        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit)
     if config.dataset.kind == "paired_gaussian":
         source = paired_cell.source(config)
         return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, source)
@@ -135,7 +187,7 @@ def run_cells(
     Cells computed at another git commit are reused and counted on stderr, or recomputed with
     `recompute_stale`; each row keeps its own `cell_git_commit`."""
     config_hash = config.hash()
-    keys = cell.grid_keys(config)
+    keys = [*cell.grid_keys(config), *dense_cell.dense_keys(config)]
     commit = runtime.git_commit()
     files = {k: paths.cell(k.cell_id(config_hash)) for k in keys}
     todo = [k for k in keys if not _complete(files[k], 1)]

@@ -20,8 +20,9 @@ from crl.core.config import Config, GridConfig, SyntheticData, objectives
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator, short_hash
 from crl.kernels.solver import SolverSpec
-from crl.steps import certify, data, paired_cell, paired_split_cell, sampling
+from crl.steps import certify, data, dense_cell, paired_cell, paired_split_cell, sampling
 from crl.steps.atomic import write_parquet_atomic
+from crl.steps.dense_features import DenseFeatures
 from crl.steps.embed import build
 from crl.steps.features import Features
 
@@ -39,8 +40,10 @@ class CellKey:
 
 
 def grid_keys(config: Config) -> list[CellKey]:
-    """Every cell of the config's grid, in grid order."""
+    """Every cell of the config's grid, in grid order (none without a grid)."""
     g = config.grid
+    if g is None:
+        return []
     return [
         CellKey(regime, loss, m, n, seed)
         for regime, loss in objectives(g)
@@ -296,20 +299,24 @@ class CellJob:
     staging: Path
     git_commit: str = "unknown"
     paired: paired_cell.PairedSource | paired_split_cell.PairedSplits | None = None
+    dense: DenseFeatures | None = None
 
 
-def run_and_write(key: CellKey, job: CellJob) -> dict:
+def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
     """The step of the cells stage: compute one cell and write its row atomically, with the
     commit of the code that computed it (`cell_git_commit`)."""
     cell_id = key.cell_id(job.config.hash())
-    if isinstance(job.paired, paired_cell.PairedSource):
+    if isinstance(key, dense_cell.DenseKey):
+        row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
+        row["dataset"] = job.config.dense.images.kind
+    elif isinstance(job.paired, paired_cell.PairedSource):
         row = paired_cell.run_paired_cell(job.config, key, cell_id, job.paired)
     elif isinstance(job.paired, paired_split_cell.PairedSplits):
         row = paired_split_cell.run_paired_split_cell(job.config, key, cell_id, job.paired)
     else:
         row = run_cell(job.config, key, job.features, job.tau)
     row["cell_git_commit"] = job.git_commit
-    row["dataset"] = job.config.dataset.kind
+    row.setdefault("dataset", job.config.dataset.kind if job.config.dataset else None)
     path = job.cells_dir / f"{row['cell_id']}.parquet"
     write_parquet_atomic(pa.Table.from_pylist([row]), path, job.staging)
     return row

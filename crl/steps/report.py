@@ -15,6 +15,7 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
+from crl.steps import report_dense  # noqa: E402
 from crl.steps import report_saturation as saturation  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 
@@ -210,8 +211,8 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}img{{max-width:10
 </body></html>""".encode()
 
 
-def build_paired(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> Path:
-    """The paired grid's page: m*(n) figures, the generated finding, the m* and gap tables."""
+def paired_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> str:
+    """The paired grid's section: m*(n) figures, the generated finding, the m* and gap tables."""
 
     def save(fig: plt.Figure, path: Path) -> None:
         _save(fig, path, staging)
@@ -229,7 +230,6 @@ def build_paired(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: 
     else:  # the Gaussian: the exact gap
         saturation.plot_exact_gap(summary, out / "exact_gap_vs_m.png", save)
         images.append("exact_gap_vs_m.png")
-    prov = summary.row(0, named=True)
     star_view = fits.filter(pl.col("kind").is_in(["m_star", "m_star_exponent"])).select(
         [
             "regime",
@@ -248,12 +248,10 @@ def build_paired(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: 
         ]
     )
     cells_view = summary.select([c for c in PAIRED_HEADLINE if c in summary.columns])
-    body = f"""<h2>Finding</h2>{"".join(findings)}
+    return f"""<h2>Finding</h2>{"".join(findings)}
 {"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
 <h2>m*(n) and its exponent, every delta</h2>{_html_table(star_view, limit=200)}
 <h2>Cells (means over seeds)</h2>{_html_table(cells_view, limit=400)}"""
-    write_bytes_atomic(_page(f"crl run {prov['run_id']}", prov, body), out / "index.html", staging)
-    return out / "index.html"
 
 
 PAIRED_HEADLINE = [
@@ -284,12 +282,38 @@ PAIRED_HEADLINE = [
 
 
 def build(tables: Path, out: Path, staging: Path) -> Path:
-    """Render every plot and report/index.html from tables/*.parquet. Returns the page's path."""
+    """Render every plot and report/index.html from tables/*.parquet. Returns the page's path.
+
+    One section per family in the tables: the single-modality grid, the paired grid, dense."""
     summary = pl.read_parquet(tables / "summary.parquet")
     fits = pl.read_parquet(tables / "fits.parquet")
     out.mkdir(parents=True, exist_ok=True)
-    if "family" in summary.columns and summary["family"][0] == "paired":
-        return build_paired(summary, fits, out, staging)
+    family = (
+        summary["family"] if "family" in summary.columns else pl.Series([None] * summary.height)
+    )
+    dense = summary.filter(family == "dense")
+    rest = summary.filter(family.ne_missing("dense"))
+    is_dense = pl.col("loss").str.starts_with("dense")
+    sections = []
+    if rest.height and rest["family"][0] == "paired":
+        sections.append(paired_body(rest, fits.filter(~is_dense), out, staging))
+    elif rest.height:
+        sections.append(unimodal_body(rest, fits.filter(~is_dense), out, staging))
+    if dense.height:
+        dense_fits = fits.filter(is_dense)
+        sections.append(
+            report_dense.body(
+                dense, dense_fits, out, lambda f, p: _save(f, p, staging), _html_table
+            )
+        )
+    prov = summary.row(0, named=True)
+    page = _page(f"crl run {prov['run_id']}", prov, "\n".join(sections))
+    write_bytes_atomic(page, out / "index.html", staging)
+    return out / "index.html"
+
+
+def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> str:
+    """The single-modality grid's section: gap and bounds against n and m, downstream."""
     plot_gap(summary, out / "gap_vs_n.png", staging, "n")
     plot_gap(summary, out / "gap_vs_m.png", staging, "m")
     plot_tightness(summary, out / "tightness.png", staging)
@@ -297,7 +321,6 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     images = ["gap_vs_n.png", "gap_vs_m.png", "tightness.png", "downstream_vs_m.png"]
     if plot_m_star(fits, out / "m_star.png", staging):
         images.append("m_star.png")
-    prov = summary.row(0, named=True)
     headline = summary.select(
         [
             "regime",
@@ -323,12 +346,10 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     fit_view = fits.filter(
         pl.col("kind").is_in(["slopes", "rate", "power", "m_star_exponent"])
     ).drop(PROVENANCE_COLUMNS)
-    body = f"""{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
+    return f"""{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
 <h2>Gap against the certified bounds (means over seeds)</h2>{_html_table(headline)}
 <h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>
 {_html_table(fit_view)}"""
-    write_bytes_atomic(_page(f"crl run {prov['run_id']}", prov, body), out / "index.html", staging)
-    return out / "index.html"
 
 
 def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:

@@ -19,6 +19,7 @@ from crl.kernels.encoders import square_side
 from crl.steps import data
 from crl.steps.atomic import write_bytes_atomic
 from crl.steps.cell import grid_keys
+from crl.steps.dense_checks import check_dense
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,14 @@ class RunPaths(RunFolder):
     def cells(self) -> Path:
         return self.root / "cells"
 
+    @property
+    def dense_data(self) -> Path:
+        return self.root / "dense" / "data"
+
+    @property
+    def dense_features(self) -> Path:
+        return self.root / "dense" / "features"
+
     def cell(self, cell_id: str) -> Path:
         """The file of one cell's row."""
         return self.cells / f"{cell_id}.parquet"
@@ -116,12 +125,14 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
 
     `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus is checked
     against them."""
-    if config.dataset.kind == "paired_parquet":
+    if config.grid is not None and config.dataset.kind == "paired_parquet":
         _check_sizes(config)
-    if is_paired(config.dataset):
+    if config.grid is not None and is_paired(config.dataset):
         _check_paired_memory(config)
-    else:
+    elif config.grid is not None:
         _check_data(config)
+    if config.dense is not None:
+        check_dense(config.dense)
     if config.runtime.cell_cpus > (os.cpu_count() or 1) and local:
         raise ConfigError(
             f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "

@@ -17,6 +17,7 @@ from crl.kernels import rates, saturation, stats
 from crl.steps.atomic import write_parquet_atomic
 
 KEYS = ["dataset", "regime", "loss", "m", "n"]
+DENSE_KEYS = ["negatives", "correspondence", "lam"]  # the dense grid's further axes
 ORDER = [*KEYS, "seed"]
 SUMMARISED = [
     "train_loss",
@@ -62,6 +63,29 @@ SUMMARISED = [
     "solver_iterations",
     "solver_criterion",
     "theta_norm",
+    # dense cells (crl.steps.dense_cell)
+    "train_dense_loss",
+    "test_dense_loss",
+    "gamma_dense_V",
+    "gamma_dense_S",
+    "gamma_dense_S_complexity_term",
+    "gamma_dense_S_concentration_term",
+    "gamma_dense_E",
+    "gamma_dense_E_complexity_term",
+    "gamma_dense_E_concentration_term",
+    "queue_outer_S",
+    "queue_outer_E",
+    "queue_inner",
+    "queue_total",
+    "best_dense_bound",
+    "dense_bound_over_range",
+    "mi_estimate",
+    "mi_lcb",
+    "mi_ceiling",
+    "mi_log1p_m",
+    "dense_probe_accuracy",
+    "dense_probe_majority",
+    "correspondence_top1",
     "bounds_seconds",
     "wall_seconds",
 ]
@@ -71,9 +95,15 @@ BOUND_HOLDS = [
     "gamma_E_holds",
     "sscrl_total_holds",
     "gamma_lin_holds",
+    "gamma_dense_V_holds",
+    "gamma_dense_S_holds",
+    "gamma_dense_E_holds",
+    "queue_outer_S_holds",
+    "queue_outer_E_holds",
+    "queue_total_holds",
 ]
 # the inequalities every cell checks: the certified bounds and Li et al.'s calibration (paired)
-CHECKED_HOLDS = [*BOUND_HOLDS, "calibration_holds"]
+CHECKED_HOLDS = [*BOUND_HOLDS, "calibration_holds", "mi_within_log1p_m"]
 HOLDS = [
     *BOUND_HOLDS,
     "transfer_holds",
@@ -82,8 +112,17 @@ HOLDS = [
     "risk_finite",
     "solver_converged",
     "on_boundary",
+    "mi_within_log1p_m",
+    "mi_saturated",
 ]
-FIRST = ["family", "sampling", "tau", "bounds_note"]  # constant within a (key) group
+FIRST = [
+    "family",
+    "sampling",
+    "tau",
+    "bounds_note",
+    "mi_target",
+    "mi_sampling",
+]  # constant within a (key) group
 MEANS = ["test_loss_ci", "rademacher_ci", "test_loss_pool_ci"]  # mean intervals over seeds
 # m* metrics (lower is better) as expressions over the cells table
 M_STAR_METRICS = {
@@ -93,7 +132,17 @@ M_STAR_METRICS = {
     "probe_error": 1.0 - pl.col("linear_probe_accuracy"),
     "classifier_error": 1.0 - pl.col("mean_classifier_accuracy"),
 }
-SLOPE_QUANTITIES = ["gap", "gamma_m", "gamma_S", "gamma_E", "gamma_lin", "best_bound"]
+SLOPE_QUANTITIES = [
+    "gap",
+    "gamma_m",
+    "gamma_S",
+    "gamma_E",
+    "gamma_lin",
+    "best_bound",
+    "gamma_dense_S",
+    "gamma_dense_E",
+    "queue_total",
+]
 FITS_SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
     "dataset": pl.String,
@@ -125,6 +174,11 @@ FITS_SCHEMA = {
 }
 
 
+def keys_of(frame: pl.DataFrame) -> list[str]:
+    """The grouping keys of a cells frame: KEYS, and the dense axes when dense rows are in it."""
+    return [*KEYS, *(k for k in DENSE_KEYS if k in frame.columns)]
+
+
 def with_provenance(frame: pl.DataFrame, provenance: dict[str, str]) -> pl.DataFrame:
     """`frame` with the provenance columns (PROVENANCE_COLUMNS, in order) in front."""
     prov = [pl.lit(provenance[k]).alias(k) for k in PROVENANCE_COLUMNS]
@@ -135,7 +189,8 @@ def collect_cells(cell_files: list[Path], provenance: dict[str, str]) -> pl.Data
     """The per-cell files, sorted by key, with provenance columns in front."""
     if not cell_files:
         raise ValueError("collect_cells: no cell files")
-    frame = pl.concat([pl.read_parquet(f) for f in cell_files], how="diagonal_relaxed").sort(ORDER)
+    frame = pl.concat([pl.read_parquet(f) for f in cell_files], how="diagonal_relaxed")
+    frame = frame.sort([*keys_of(frame), "seed"], nulls_last=True, maintain_order=True)
     frame = frame.select(["cell_id", "dataset", pl.all().exclude("cell_id", "dataset")])
     return with_provenance(frame, provenance)
 
@@ -155,7 +210,9 @@ def summarise(cells: pl.DataFrame) -> pl.DataFrame:
         *(pl.col(c).first().alias(c) for c in FIRST if c in columns),
         *(pl.col(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in MEANS if c in columns),
     ]
-    out = cells.group_by([*PROVENANCE_COLUMNS, *KEYS], maintain_order=True).agg(aggs).sort(KEYS)
+    keys = keys_of(cells)
+    out = cells.group_by([*PROVENANCE_COLUMNS, *keys], maintain_order=True).agg(aggs)
+    out = out.sort(keys, nulls_last=True, maintain_order=True)
     t = pl.col("seeds").map_elements(
         lambda k: stats.t_quantile(0.95, k - 1), return_dtype=pl.Float64
     )
@@ -304,15 +361,19 @@ def fits(summary: pl.DataFrame, cells: pl.DataFrame, spec: MStarSpec) -> pl.Data
     """Rate-shape fits of mean gaps per (dataset, regime, loss), and m*(n) with its exponent."""
     prov = summary.select(PROVENANCE_COLUMNS).row(0, named=True)
     rows = []
-    for (dataset, regime, loss), group in summary.group_by(
-        ["dataset", "regime", "loss"], maintain_order=True
-    ):
-        sub = cells.filter(
-            (pl.col("dataset") == dataset) & (pl.col("regime") == regime) & (pl.col("loss") == loss)
-        )
+    group_keys = ["dataset", "regime", "loss", *(k for k in DENSE_KEYS if k in summary.columns)]
+    for values, group in summary.group_by(group_keys, maintain_order=True):
+        ident = dict(zip(group_keys, values, strict=True))
+        sub = cells.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in ident.items()]))
         for row in [*_fit_rows(group), *m_star_rows(sub, spec)]:
-            rows.append({**prov, "dataset": dataset, "regime": regime, "loss": loss, **row})
-    return pl.from_dicts(rows, schema=FITS_SCHEMA)
+            rows.append({**prov, **ident, **row})
+    schema = dict(FITS_SCHEMA)
+    if len(group_keys) > 3:  # the dense axes, after loss
+        items = list(schema.items())
+        at = [name for name, _ in items].index("loss") + 1
+        extra = [(k, pl.Float64 if k == "lam" else pl.String) for k in group_keys[3:]]
+        schema = dict(items[:at] + extra + items[at:])
+    return pl.from_dicts(rows, schema=schema)
 
 
 def write_grid_tables(

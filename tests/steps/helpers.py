@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,23 @@ def materialise(cfg: Config, root: Path) -> Path:
     for spec in data.shard_plan(cfg.dataset, data.split_sizes(cfg.dataset)):
         data.write_shard(spec, job)
     return root / "data"
+
+
+def naive_dense_loss(W, phi1, phi2, match, neg, negatives: str, T: float) -> float:
+    """The D4 loss by loops in float64: mean over images of the mean over matched positions."""
+    total = 0.0
+    for i in range(phi1.shape[0]):
+        negs = neg if neg.ndim == 2 else neg[i]
+        terms = []
+        for a in range(phi1.shape[1]):
+            b = int(match[i, a])
+            if b < 0:
+                continue
+            q = W @ phi1[i, a]
+            pos = float(q @ (W @ phi2[i, b])) / T
+            others = [float(q @ (W @ x)) / T for x in negs]
+            if negatives == "own":
+                others += [float(q @ (W @ phi2[i, c])) / T for c in range(phi2.shape[1]) if c != b]
+            terms.append(math.log(sum(math.exp(s - pos) for s in [pos, *others])))
+        total += sum(terms) / len(terms)
+    return total / phi1.shape[0]

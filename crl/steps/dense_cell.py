@@ -1,0 +1,291 @@
+"""One dense cell end to end (BOUNDS-DENSE.md): draw -> fit the head -> evaluate -> bound ->
+one row of the cells table, with family "dense".
+
+A cell has n training images (the unit, Prop. D0), m external negatives per image drawn from the
+pool (regime scrl) or one queue of m shared by all images (sscrl), negatives "own" or "ext", a
+geometric or argmax correspondence, and the objective (1 - lam) L_global + lam L_dense. The head
+W (d x p, ||W||_F <= R) is fitted by accelerated projected gradient to a tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from crl.core.config import Config
+from crl.kernels import dense_image, metrics, stats
+from crl.kernels.seeding import generator, short_hash
+from crl.kernels.solver import SolverSpec, apg, autograd, project_ball
+from crl.steps import dense_certify
+from crl.steps.dense_features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
+
+F64 = torch.float64
+PROBE_POSITIONS = 8192  # positions per split the dense probe is fitted and scored on
+
+
+@dataclass(frozen=True)
+class DenseKey:
+    regime: str  # scrl: m negatives per image; sscrl: one queue of m shared by the images
+    negatives: str  # own | ext
+    correspondence: str  # geometric | argmax
+    lam: float
+    m: int
+    n: int
+    seed: int
+
+    def cell_id(self, config_hash: str) -> str:
+        return short_hash(
+            config_hash,
+            "dense",
+            self.regime,
+            self.negatives,
+            self.correspondence,
+            self.lam,
+            self.m,
+            self.n,
+            self.seed,
+        )
+
+    @property
+    def loss(self) -> str:
+        """The objective's name in the cells table's `loss` column."""
+        return "dense_info_nce" if self.lam == 1.0 else f"densecl_lambda_{self.lam:g}"
+
+
+def dense_keys(config: Config) -> list[DenseKey]:
+    """Every dense cell of the config, in grid order (none without a dense section)."""
+    if config.dense is None:
+        return []
+    g = config.dense.grid
+    return [
+        DenseKey(regime, neg, corr, float(lam), m, n, seed)
+        for regime in g.regimes
+        for neg in g.negatives
+        for corr in g.correspondence
+        for lam in g.lambdas
+        for m in g.m
+        for n in g.n
+        for seed in g.seeds
+    ]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Images with their negatives, as the loss takes them. Shape: phi1, phi2 (n, K, p),
+    match (n, K), neg (n, m, p) or (m, p); pooled1, pooled2 (n, 1, p), pooled_neg like neg."""
+
+    phi1: torch.Tensor
+    phi2: torch.Tensor
+    match: torch.Tensor
+    neg: torch.Tensor
+    pooled1: torch.Tensor
+    pooled2: torch.Tensor
+    pooled_neg: torch.Tensor
+
+
+def _batch(split: DenseSplit, rows: torch.Tensor, corr: str, negatives: Negatives) -> Batch:
+    phi1 = torch.from_numpy(split.f1)[rows].to(F64)
+    phi2 = torch.from_numpy(split.f2)[rows].to(F64)
+    match = torch.from_numpy(split.match(corr))[rows]
+    return Batch(
+        phi1,
+        phi2,
+        match,
+        negatives.dense.to(F64),
+        phi1.mean(dim=1, keepdim=True),
+        phi2.mean(dim=1, keepdim=True),
+        negatives.pooled.to(F64),
+    )
+
+
+def _branch_losses(W: torch.Tensor, b: Batch, negative_set: str, T: float, lam: float):
+    """(dense, global) per-image losses at W; global is None when lam = 1."""
+    emb = lambda x: x @ W.T  # noqa: E731  (d x p head on the last axis)
+    dense = dense_image.image_losses(emb(b.phi1), emb(b.phi2), emb(b.neg), b.match, negative_set, T)
+    if lam == 1.0:
+        return dense, None
+    zero = torch.zeros(b.phi1.shape[0], 1, dtype=torch.int64)
+    glob = dense_image.image_losses(
+        emb(b.pooled1), emb(b.pooled2), emb(b.pooled_neg), zero, "ext", T
+    )
+    return dense, glob
+
+
+def _objective(W: torch.Tensor, b: Batch, negative_set: str, T: float, lam: float) -> torch.Tensor:
+    dense, glob = _branch_losses(W, b, negative_set, T, lam)
+    return dense_image.combined_loss(dense, glob, lam)
+
+
+def _held_out_ci(values: torch.Tensor) -> float:
+    return (
+        float(stats.normal_half_width(values.std(), values.shape[0]))
+        if values.shape[0] > 1
+        else math.nan
+    )
+
+
+def _probe(W: torch.Tensor, features: DenseFeatures, gen: torch.Generator) -> dict:
+    """Per-position linear probe on f = W phi (view 1) against the cells' majority classes."""
+
+    def positions(split: DenseSplit) -> tuple[torch.Tensor, torch.Tensor]:
+        f = torch.from_numpy(split.f1).reshape(-1, features.p).to(F64) @ W.T
+        y = torch.from_numpy(split.labels1).reshape(-1)
+        keep = torch.nonzero(y >= 0).squeeze(1)
+        keep = keep[torch.randperm(keep.numel(), generator=gen)[:PROBE_POSITIONS]]
+        return f[keep], y[keep]
+
+    f_tr, y_tr = positions(features.train)
+    f_te, y_te = positions(features.test)
+    if y_tr.numel() < 2 or y_te.numel() < 1 or torch.unique(y_tr).numel() < 2:
+        return {"dense_probe_accuracy": None, "dense_probe_majority": None}
+    majority = float((y_te == torch.mode(y_tr).values).double().mean())
+    acc = metrics.linear_probe_accuracy(f_tr, y_tr, f_te, y_te)
+    return {"dense_probe_accuracy": float(acc), "dense_probe_majority": majority}
+
+
+def _retrieval(W: torch.Tensor, test: Batch) -> float:
+    """Share of geometrically matched view-1 positions whose best view-2 key (largest score
+    under the head) is their geometric correspondent."""
+    q, k = test.phi1 @ W.T, test.phi2 @ W.T  # (n, K, d)
+    best = (q @ k.transpose(1, 2)).argmax(dim=2)  # (n, K)
+    valid = test.match >= 0
+    return float((best == test.match)[valid].double().mean())
+
+
+def draw_train(
+    config: Config, key: DenseKey, cell_id: str, features: DenseFeatures
+) -> tuple[Batch, Negatives, torch.Generator]:
+    """The cell's n training images and their negatives (or queue), and the cell's generator
+    in the state that follows (it goes on to draw the head's start and the held-out negatives)."""
+    gen = generator(config.seed, cell_id, "dense")
+    corr = key.correspondence
+    kept = torch.from_numpy(features.train.kept(corr))
+    if kept.numel() < key.n:
+        raise ValueError(
+            f"dense cell n={key.n}: only {kept.numel()} train images have a {corr} match "
+            "(dense.images sizes or views.scale)"
+        )
+    rows = kept[torch.randperm(kept.numel(), generator=gen)[: key.n]]
+    shape = (key.m,) if key.regime == "sscrl" else (key.n, key.m)
+    neg = pool_draw(features.pool, corr, shape, gen)
+    return _batch(features.train, rows, corr, neg), neg, gen
+
+
+def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseFeatures) -> dict:
+    """Fit and evaluate one dense cell; returns its row (without provenance)."""
+    started = time.perf_counter()
+    dense = config.dense
+    head, ev = dense.head, dense.eval
+    T, R, d, m, lam = ev.temperature, head.R, head.d, key.m, key.lam
+    corr, shared = key.correspondence, key.regime == "sscrl"
+    train, neg, gen = draw_train(config, key, cell_id, features)
+
+    start = torch.randn(d, features.p, generator=gen, dtype=F64)
+    start = start * (0.5 * R / float(start.norm()))
+    value, value_and_grad = autograd(lambda W: _objective(W, train, key.negatives, T, lam).mean())
+    solution = apg(
+        value,
+        value_and_grad,
+        lambda W: project_ball(W, R),
+        start,
+        SolverSpec(head.tol, head.max_iter),
+    )
+    W = solution.params.detach()
+    with torch.no_grad():
+        train_dense, train_glob = _branch_losses(W, train, key.negatives, T, lam)
+        train_terms = dense_image.combined_loss(train_dense, train_glob, lam)
+
+        test_kept = torch.from_numpy(features.test.kept(corr))[: ev.test_images]
+        fresh = pool_draw(features.pool, corr, (test_kept.numel(), m), gen)
+        test = _batch(features.test, test_kept, corr, fresh)
+        test_terms = _objective(W, test, key.negatives, T, lam)
+        train_loss, test_loss = float(train_terms.mean()), float(test_terms.mean())
+        gap = test_loss - train_loss
+        ci = _held_out_ci(test_terms)
+        gaps: dict = {"gap": gap}
+        shared_cols = {"test_loss_shared": None, "gap_outer": None, "gap_inner": None}
+        if shared:
+            same = _batch(features.test, test_kept, corr, neg)
+            loss_y = float(_objective(W, same, key.negatives, T, lam).mean())
+            shared_cols = {
+                "test_loss_shared": loss_y,
+                "gap_outer": loss_y - train_loss,
+                "gap_inner": test_loss - loss_y,
+            }
+            gaps["gap_outer"] = shared_cols["gap_outer"]
+
+        mi_kept = torch.from_numpy(features.test.kept(corr))[: ev.mi_images]
+        count = min(mi_kept.numel(), features.pool.kept(corr).size // m)
+        mi_neg = pool_disjoint(features.pool, corr, count, m, gen) if count >= 2 else None
+        mi_losses, why = (
+            None,
+            (
+                f"not computed: the pool has {features.pool.kept(corr).size} images, fewer than "
+                f"2 x m = {2 * m} needed for two held-out images with disjoint negatives"
+            ),
+        )
+        if mi_neg is not None:
+            mi_batch = _batch(features.test, mi_kept[:count], corr, mi_neg)
+            mi_losses = _branch_losses(W, mi_batch, "ext", T, 1.0)[0]
+
+    branches = [
+        dense_certify.Branch(train.phi1, train.phi2, train.match, train.neg, key.negatives, lam)
+    ]
+    if lam < 1.0:
+        zero = torch.zeros(key.n, 1, dtype=torch.int64)
+        branches.append(
+            dense_certify.Branch(
+                train.pooled1, train.pooled2, zero, train.pooled_neg, "ext", 1 - lam
+            )
+        )
+    bounds_started = time.perf_counter()
+    bound_cols = dense_certify.bound_columns(branches, shared, m, d, R, T, ev.delta, gaps, ci)
+    bounds_seconds = time.perf_counter() - bounds_started
+    row = {
+        "cell_id": cell_id,
+        "family": "dense",
+        "regime": key.regime,
+        "loss": key.loss,
+        "negatives": key.negatives,
+        "correspondence": key.correspondence,
+        "lam": lam,
+        "m": m,
+        "n": key.n,
+        "seed": key.seed,
+        "d": d,
+        "p": features.p,
+        "positions": features.positions,
+        "R": R,
+        "temperature": T,
+        "delta": ev.delta,
+        "train_loss": train_loss,
+        "test_loss": test_loss,
+        "test_loss_ci": ci,
+        "test_anchors": int(test_kept.numel()),
+        "gap": gap,
+        "train_dense_loss": float(train_dense.mean()),
+        "test_dense_loss": float(_branch_losses(W, test, key.negatives, T, lam)[0].mean()),
+        **shared_cols,
+        "head": W.flatten().tolist(),  # W (d x p) row-major: the fitted head, to recompute
+        "solver": "apg",
+        "solver_iterations": solution.iterations,
+        "solver_criterion": solution.criterion,
+        "solver_converged": solution.converged,
+        "sampling": (
+            f"{key.n} i.i.d. train images, negatives from a disjoint pool of "
+            f"{features.pool.kept(corr).size} images, "
+            + ("one queue shared by the images" if shared else "fresh per image (with replacement)")
+        ),
+        **bound_cols,
+        "bounds_seconds": bounds_seconds,
+        **dense_certify.mi_columns(mi_losses, m, R, T, ev.delta, why),
+        **_probe(W, features, gen),
+        "correspondence_top1": _retrieval(W, test),
+        "correspondence_chance": 1.0 / features.positions,
+        "wall_seconds": time.perf_counter() - started,
+        "device": "cpu",
+    }
+    return row

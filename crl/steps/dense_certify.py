@@ -1,0 +1,179 @@
+"""The certified columns of a dense cell (BOUNDS-DENSE.md): Thms D4-D7 with their terms and
+holds flags, and Prop. D9's MI lower confidence bound with the sampling that makes it valid.
+
+For DenseCL's combined objective (1 - lambda) L_global + lambda L_dense with lambda < 1, each
+branch is certified at delta / 2 and the bounds add with weights (1 - lambda, lambda):
+sup_W |gap of the sum| <= (1 - lambda) sup |global gap| + lambda sup |dense gap| (union bound).
+The global branch is the dense setting with one position per view and external negatives only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from crl.kernels import dense_bounds, dense_mi, dense_queue
+from crl.kernels.certified import Certificate
+from crl.steps.certify import within
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One branch's certified inputs: its training features and correspondence, the negatives
+    set ("own"/"ext"), and its weight in the objective.
+
+    Shape: phi1, phi2 (n, K, p) float, match (n, K) int64, negatives (n, m, p) or (m, p) queue.
+    """
+
+    phi1: torch.Tensor
+    phi2: torch.Tensor
+    match: torch.Tensor
+    negatives: torch.Tensor
+    negative_set: str
+    weight: float
+
+
+def _stats(branch: Branch, R: float, T: float) -> dense_bounds.DenseStats:
+    p = branch.phi1.shape[2]
+    acc = dense_bounds.DenseStatsAccumulator(p, R, T, branch.negative_set)
+    shared = branch.negatives.ndim == 2
+    for i in range(branch.phi1.shape[0]):
+        a = torch.nonzero(branch.match[i] >= 0).squeeze(1)
+        pairs = torch.stack([a, branch.match[i, a]], dim=1)
+        neg = branch.negatives if shared else branch.negatives[i]
+        acc.update(branch.phi1[i], branch.phi2[i], pairs, neg)
+    return acc.finish()
+
+
+def _weighted(parts: list[tuple[float, Certificate]]) -> Certificate:
+    """sum_b weight_b cert_b (one branch: the certificate itself)."""
+    if len(parts) == 1:
+        return parts[0][1]
+    return Certificate(
+        sum(w * c.value for w, c in parts),
+        sum(w * c.complexity_term for w, c in parts),
+        sum(w * c.concentration_term for w, c in parts),
+        "+".join(c.route for _, c in parts),
+    )
+
+
+def _put(row: dict, name: str, cert: Certificate, gap: float | None, slack: float) -> None:
+    row[name] = cert.value
+    row[f"{name}_complexity_term"] = cert.complexity_term
+    row[f"{name}_concentration_term"] = cert.concentration_term
+    row[f"{name}_route"] = cert.route
+    row[f"{name}_holds"] = within(gap, cert.value, cert.value + slack)
+
+
+def bound_columns(
+    branches: list[Branch],
+    shared: bool,
+    m: int,
+    d: int,
+    R: float,
+    T: float,
+    delta: float,
+    gaps: dict[str, float | None],
+    slack: float,
+) -> dict:
+    """Every certified column of a dense cell. gaps: "gap" (held-out with fresh negatives minus
+    train) and, for a shared queue, "gap_outer" (held-out against the same queue minus train);
+    slack: the held-out estimate's CI half-width, allowed above the bound."""
+    level = delta / len(branches)  # each branch at delta / 2 when lambda < 1
+    n = branches[0].phi1.shape[0]
+    row: dict = {"bound_delta": level}
+    by_name: dict[str, list[tuple[float, Certificate]]] = {}
+    inner: list[tuple[float, dense_queue.InnerBound]] = []
+    lo_all, hi_all = 0.0, 0.0
+    for br in branches:
+        k = br.phi2.shape[1]
+        N = dense_bounds.negatives_count(k, m, br.negative_set)
+        lo, B = dense_bounds.dense_range(N, N, R, T)
+        lo_all, hi_all = lo_all + br.weight * lo, hi_all + br.weight * (lo + B)
+        stats = _stats(br, R, T)
+        full = bool((br.match >= 0).all())
+        p = br.phi1.shape[2]
+        if shared:
+            certs = {
+                "queue_outer_S": dense_queue.queue_outer_S(stats, d, level, (N, N)),
+                "queue_outer_E": dense_queue.queue_outer_E(
+                    n, k, m, p, d, R, T, level, br.negative_set, full
+                ),
+            }
+            n_in = k - 1 if br.negative_set == "own" else 0
+            inner.append((br.weight, dense_queue.queue_inner(m, R, T, level, n_in)))
+        else:
+            certs = {
+                "gamma_dense_V": dense_bounds.gamma_dense_V(stats, d, level, (N, N)),
+                "gamma_dense_S": dense_bounds.gamma_dense_S(stats, d, level, (N, N)),
+                "gamma_dense_E": dense_bounds.gamma_dense_E(
+                    n, k, m, p, d, R, T, level, br.negative_set, full
+                ),
+            }
+        for name, cert in certs.items():
+            by_name.setdefault(name, []).append((br.weight, cert))
+    row["loss_range_lo"], row["loss_range_hi"] = lo_all, hi_all
+    names = (
+        ("queue_outer_S", "queue_outer_E")
+        if shared
+        else ("gamma_dense_V", "gamma_dense_S", "gamma_dense_E")
+    )
+    compared = gaps.get("gap_outer") if shared else gaps.get("gap")
+    for name in names:
+        _put(row, name, _weighted(by_name[name]), compared, slack)
+    if shared:
+        value = sum(w * b.value for w, b in inner)
+        row["queue_inner"] = value
+        row["queue_inner_lip"] = max(b.lip_mu for _, b in inner)
+        row["queue_inner_bias"] = sum(w * b.bias for w, b in inner)
+        row["queue_inner_lower"] = dense_queue.queue_inner_lower(max(m, 2), R, T)
+        outer = min(row["queue_outer_S"], row["queue_outer_E"])
+        row["queue_total"] = outer + value
+        row["queue_total_holds"] = within(
+            gaps.get("gap"), row["queue_total"], row["queue_total"] + slack
+        )
+        row["best_dense_bound"] = row["queue_total"]
+    else:
+        row["best_dense_bound"] = min(row["gamma_dense_S"], row["gamma_dense_E"])
+    gap = gaps.get("gap")
+    row["dense_bound_over_gap"] = (
+        row["best_dense_bound"] / abs(gap) if gap is not None and gap != 0 else None
+    )
+    row["dense_bound_over_range"] = row["best_dense_bound"] / (hi_all - lo_all)
+    return row
+
+
+def mi_columns(
+    losses: torch.Tensor | None, m: int, R: float, T: float, delta: float, why: str
+) -> dict:
+    """Prop. D9 on held-out images with disjoint marginal negatives, or nulls with the reason."""
+    row = {"mi_log1p_m": math.log1p(m)}
+    if losses is None:
+        return {
+            **row,
+            **dict.fromkeys(
+                ("mi_estimate", "mi_lcb", "mi_margin", "mi_lo", "mi_hi", "mi_ceiling"), None
+            ),
+            "mi_saturated": None,
+            "mi_images": 0,
+            "mi_target": None,
+            "mi_sampling": why,
+            "mi_within_log1p_m": None,
+        }
+    bound = dense_mi.mi_lcb(losses, m, R, T, delta, negatives="marginal")
+    return {
+        **row,
+        "mi_estimate": bound.estimate,
+        "mi_lcb": bound.lcb,
+        "mi_margin": bound.margin,
+        "mi_lo": bound.interval[0],
+        "mi_hi": bound.interval[1],
+        "mi_ceiling": bound.ceiling,
+        "mi_saturated": bound.saturated,
+        "mi_images": int(losses.shape[0]),
+        "mi_target": bound.target,
+        "mi_sampling": bound.sampling,
+        "mi_within_log1p_m": bool(bound.estimate <= math.log1p(m) and bound.lcb <= math.log1p(m)),
+    }

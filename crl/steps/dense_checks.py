@@ -1,0 +1,50 @@
+"""The checks of a config's dense section that can fail before any work starts."""
+
+from __future__ import annotations
+
+import torch
+
+from crl.core.dense_config import DenseConfig
+from crl.core.errors import ConfigError
+from crl.steps import image_data
+from crl.steps.dense_embed import build_backbone
+
+
+def check_dense(dense: DenseConfig) -> None:
+    """Split sizes against the grid and shards; the backbone builds and yields its grid."""
+    sizes = image_data.split_sizes(dense)  # user images: read and validated here
+    if max(dense.grid.n) > sizes["train"]:
+        raise ConfigError(
+            f"config field dense.grid.n: n={max(dense.grid.n)} is larger than the train split "
+            f"({sizes['train']} images)"
+        )
+    if sizes["test"] < 2 or sizes["pool"] < 2:
+        raise ConfigError(f"dense.images: test and pool need at least 2 images each ({sizes})")
+    if dense.images.shards > min(sizes.values()):
+        raise ConfigError(
+            f"config field dense.images.shards: {dense.images.shards} shards, but a split has "
+            f"only {min(sizes.values())} images"
+        )
+    channels = image_data.channels(dense)
+    try:
+        backbone = build_backbone(dense.backbone, channels)
+        with torch.no_grad():
+            probe = backbone(torch.zeros(1, channels, dense.views.size, dense.views.size))
+    except (ValueError, RuntimeError, TypeError) as err:
+        raise ConfigError(f"config field dense.backbone: {str(err).splitlines()[0]}") from None
+    grid = dense.backbone.grid
+    if tuple(probe.shape[1:2]) != (grid * grid,):
+        raise ConfigError(
+            f"config field dense.backbone.grid: the backbone gives {tuple(probe.shape)}, "
+            f"expected (1, {grid * grid}, C)"
+        )
+    if dense.backbone.kind == "random_conv":
+        side = dense.views.size
+        for _ in range(min(dense.backbone.downsample, dense.backbone.layers)):
+            side = (side + 1) // 2
+        if side < grid:
+            raise ConfigError(
+                f"config field dense.backbone.grid: {grid} x {grid} cells from a {side} x {side} "
+                f"feature map (views.size {dense.views.size}, downsample "
+                f"{dense.backbone.downsample}) would repeat features; use grid <= {side}"
+            )

@@ -1,0 +1,137 @@
+"""The dense embed step: a frozen backbone over one image shard, position features to Parquet.
+
+Layout: <run>/dense/features/split=<split>/part-<k>.parquet, one row per image:
+  id (int64), f1, f2 (list<float32>, K * C: the K = grid^2 position features of each view,
+  row-major, raw backbone outputs), match (list<int16>, K: the geometric correspondent in view 2
+  of each view-1 position, -1 for none), labels1, labels2 (list<int16>, K: the majority pixel
+  class of each grid cell, -1 where no pixel is labelled).
+Shards are small row groups of images, so a cell reads the n images it needs, never the whole
+run. `DenseEmbedder` is one per worker and runs on the worker's device (CUDA when it has one).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from crl.core.dense_config import BackboneConfig, DenseConfig
+from crl.kernels.crops import box_correspondence
+from crl.kernels.encoders import RandomConv
+from crl.steps.atomic import write_parquet_atomic
+
+
+class _FeatureMap(nn.Module):
+    """A user module whose output (N, C, H, W) is average-pooled to (N, grid^2, C)."""
+
+    def __init__(self, module: nn.Module, grid: int, name: str) -> None:
+        super().__init__()
+        self.module, self.pool, self.name = module, nn.AdaptiveAvgPool2d(grid), name
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = self.module(images)
+        if not (isinstance(out, torch.Tensor) and out.ndim == 4):
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"backbone.module {self.name}: returned {shape}, expected a feature map "
+                "(N, C, H, W)"
+            )
+        return self.pool(out).flatten(2).transpose(1, 2)
+
+
+def build_backbone(config: BackboneConfig, in_channels: int) -> nn.Module:
+    """The frozen backbone: (N, c, S, S) images -> (N, grid^2, C) position features."""
+    if config.kind == "random_conv":
+        return RandomConv(
+            in_channels, config.channels, config.layers, config.downsample, config.grid, config.seed
+        )
+    module_name, _, attribute = config.module.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"backbone.module {config.module!r}: cannot be imported ({err})") from None
+    with torch.random.fork_rng(devices=[]):  # user factories draw from the global generator:
+        torch.manual_seed(config.seed)  # seed it inside a fork, leaving the caller's untouched
+        module = factory(**config.module_kwargs)
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"backbone.module {config.module!r}: returned {type(module).__name__}")
+    module.requires_grad_(False)
+    return _FeatureMap(module, config.grid, config.module)
+
+
+def cell_labels(labels: torch.Tensor, grid: int) -> torch.Tensor:
+    """The majority class of each grid cell (-1 where no pixel is labelled).
+
+    Shape: labels (N, S, S) int with -1 = unlabelled -> (N, grid^2) int64, row-major.
+    """
+    classes = int(labels.max()) + 1
+    if classes <= 0:
+        return torch.full((labels.shape[0], grid * grid), -1, dtype=torch.int64)
+    one_hot = F.one_hot(labels.clamp(min=0).long(), classes).permute(0, 3, 1, 2).float()
+    one_hot = one_hot * (labels >= 0)[:, None].float()  # (N, classes, S, S)
+    share = F.adaptive_avg_pool2d(one_hot, grid).flatten(2)  # (N, classes, grid^2)
+    best, cls = share.max(dim=1)
+    return torch.where(best > 0, cls, torch.full_like(cls, -1))
+
+
+def _matrix(column: pa.ChunkedArray) -> np.ndarray:
+    array = column.combine_chunks()
+    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
+
+
+def _list(x: np.ndarray, dtype: type) -> pa.Array:
+    x = np.ascontiguousarray(x, dtype=dtype)
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
+
+
+class DenseEmbedder:
+    """Embeds image shards: `embedder(shard)` writes the shard's position features."""
+
+    def __init__(
+        self, dense: DenseConfig, channels: int, data_dir: Path, features_dir: Path, staging: Path
+    ) -> None:
+        self.dense, self.channels = dense, channels
+        self.data_dir, self.features_dir, self.staging = data_dir, features_dir, staging
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.backbone = build_backbone(dense.backbone, channels).to(self.device).eval()
+
+    @torch.no_grad()
+    def _features(self, pixels: np.ndarray) -> np.ndarray:
+        """Shape: pixels (N, c s s) uint8 -> (N, grid^2 * C) float32."""
+        s = self.dense.views.size
+        out = []
+        for start in range(0, pixels.shape[0], self.dense.backbone.batch_rows):
+            batch = torch.from_numpy(pixels[start : start + self.dense.backbone.batch_rows])
+            x = batch.to(self.device).float().div_(255.0).reshape(-1, self.channels, s, s)
+            out.append(self.backbone(x).float().cpu().flatten(1))
+        return torch.cat(out).numpy()
+
+    def __call__(self, shard: Path) -> str:
+        table = pq.read_table(shard)
+        grid, s = self.dense.backbone.grid, self.dense.views.size
+        labels = [
+            cell_labels(
+                torch.from_numpy(_matrix(table.column(c)).astype(np.int64)).view(-1, s, s), grid
+            )
+            for c in ("labels1", "labels2")
+        ]
+        box1, box2 = (torch.tensor(_matrix(table.column(c))) for c in ("box1", "box2"))
+        flip1, flip2 = (torch.tensor(table.column(c).to_numpy()) for c in ("flip1", "flip2"))
+        match = box_correspondence(box1, box2, flip1, flip2, (grid, grid), (grid, grid)).numpy()
+        columns = {
+            "id": table.column("id"),
+            "f1": _list(self._features(_matrix(table.column("view1"))), np.float32),
+            "f2": _list(self._features(_matrix(table.column("view2"))), np.float32),
+            "match": _list(match, np.int16),
+            "labels1": _list(labels[0].numpy(), np.int16),
+            "labels2": _list(labels[1].numpy(), np.int16),
+        }
+        target = self.features_dir / shard.relative_to(self.data_dir)
+        write_parquet_atomic(pa.table(columns), target, self.staging)
+        return str(target)

@@ -1,0 +1,235 @@
+"""Image sources for dense cells, materialised with two augmented views per image and their
+geometry into Parquet shards.
+
+Layout: <run>/dense/data/split=train|test|pool/part-00000.parquet, one row per image:
+  id (int64), view1, view2 (list<uint8>, c * s * s channel-first pixels, value / 255 in [0, 1]),
+  labels1, labels2 (list<int16>, s * s per-pixel class of each view, 0 = background, -1 = none),
+  box1, box2 (list<float64> of 4: the crop (x0, y0, x1, y1) in image coordinates),
+  flip1, flip2 (bool: horizontal flip after the crop).
+"pool" holds the images that supply external negatives; it is disjoint from train and test.
+Each shard is a pure function of (images config, views config, run seed, split, shard index).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+
+from crl.core.dense_config import DenseConfig, DigitsImages, ParquetImages, ShapesImages
+from crl.core.errors import ConfigError
+from crl.kernels import crops, images
+from crl.kernels.seeding import generator
+from crl.steps.atomic import write_parquet_atomic
+from crl.steps.data import DIGITS_ROWS
+
+SPLITS = ("train", "test", "pool")
+GENERATE_CHUNK = 256  # procedural images drawn at once (bounds a shard's memory)
+
+
+@dataclass(frozen=True)
+class ImageShard:
+    split: str
+    index: int
+    start: int  # first image of the split in this shard
+    rows: int
+
+
+def _fraction_sizes(rows: int, test: float, pool: float) -> dict[str, int]:
+    n_test, n_pool = max(2, round(test * rows)), max(2, round(pool * rows))
+    return {"train": rows - n_test - n_pool, "test": n_test, "pool": n_pool}
+
+
+def _user_images(ds: ParquetImages) -> tuple[np.ndarray, np.ndarray | None, int, int]:
+    """The user's images (N, c, s, s) float32 in [0, 1], per-pixel labels (N, s, s) or None."""
+    path = Path(ds.path)
+    if not path.exists():
+        raise ConfigError(f"config field dense.images.path: {path} does not exist")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as err:
+        raise ConfigError(
+            f"config field dense.images.path: {path} is not Parquet ({err})"
+        ) from None
+    for field, name in (("image_column", ds.image_column), ("label_column", ds.label_column)):
+        if name is not None and name not in table.column_names:
+            raise ConfigError(
+                f"config field dense.images.{field}: {path} has no column {name!r} "
+                f"(columns: {table.column_names})"
+            )
+    rows = [np.asarray(r, dtype=np.float32) for r in table.column(ds.image_column).to_pylist()]
+    widths = {r.size for r in rows}
+    width = widths.pop() if len(widths) == 1 else -1
+    side, channels = math.isqrt(width // 3), 3
+    if width <= 0 or side * side * 3 != width:
+        side, channels = math.isqrt(max(width, 0)), 1
+    if width <= 0 or side * side * channels != width or side < 8:
+        lengths = sorted({r.size for r in rows})[:5]
+        raise ConfigError(
+            f"config field dense.images.image_column: rows of {path}:{ds.image_column} must all "
+            f"hold side^2 or 3 side^2 numbers with side >= 8 (got lengths {lengths})"
+        )
+    x = np.stack(rows).reshape(-1, channels, side, side)
+    if not (np.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0):
+        raise ConfigError(
+            f"config field dense.images.image_column: {path}:{ds.image_column} has values "
+            "outside [0, 1]"
+        )
+    labels = None
+    if ds.label_column is not None:
+        raw = [np.asarray(r, dtype=np.int64) for r in table.column(ds.label_column).to_pylist()]
+        if any(r.size != side * side for r in raw):
+            raise ConfigError(
+                f"config field dense.images.label_column: every row must hold {side * side} "
+                "per-pixel labels"
+            )
+        labels = np.stack(raw).reshape(-1, side, side)
+    return x, labels, side, channels
+
+
+def split_sizes(dense: DenseConfig) -> dict[str, int]:
+    """Images per split, known before any work (user Parquet: read from the file)."""
+    ds = dense.images
+    if isinstance(ds, ShapesImages):
+        return {"train": ds.train_size, "test": ds.test_size, "pool": ds.pool_size}
+    if isinstance(ds, DigitsImages):
+        return _fraction_sizes(DIGITS_ROWS, ds.test_fraction, ds.pool_fraction)
+    rows = _user_images(ds)[0].shape[0]
+    return _fraction_sizes(rows, ds.test_fraction, ds.pool_fraction)
+
+
+def channels(dense: DenseConfig) -> int:
+    ds = dense.images
+    if isinstance(ds, ShapesImages):
+        return 3
+    if isinstance(ds, DigitsImages):
+        return 1
+    return _user_images(ds)[3]
+
+
+def shard_plan(dense: DenseConfig, sizes: dict[str, int]) -> list[ImageShard]:
+    """`images.shards` shards per split, none empty."""
+    plan = []
+    for split in SPLITS:
+        per = math.ceil(sizes[split] / dense.images.shards)
+        for index in range(dense.images.shards):
+            start = index * per
+            if (rows := min(per, sizes[split] - start)) > 0:
+                plan.append(ImageShard(split, index, start, rows))
+    return plan
+
+
+def shard_path(data_dir: Path, spec: ImageShard) -> Path:
+    return data_dir / f"split={spec.split}" / f"part-{spec.index:05d}.parquet"
+
+
+def _split_order(rows: int, dense: DenseConfig, seed: int) -> dict[str, np.ndarray]:
+    """Row indices of each split of a finite source (digits, user images): a seeded shuffle."""
+    sizes = split_sizes(dense)
+    order = torch.randperm(rows, generator=generator(seed, "dense-split")).numpy()
+    return {
+        "test": order[: sizes["test"]],
+        "pool": order[sizes["test"] : sizes["test"] + sizes["pool"]],
+        "train": order[sizes["test"] + sizes["pool"] :],
+    }
+
+
+def _digits(dense: DenseConfig, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Digits upscaled to size x size (bilinear); label digit + 1 where ink > half its max."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = torch.from_numpy(bunch.data[rows].astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    size = dense.images.size
+    up = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
+    peak = up.amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+    digit = torch.from_numpy(bunch.target[rows].astype(np.int64))[:, None, None]
+    labels = torch.where(up[:, 0] > 0.5 * peak[:, 0], digit + 1, torch.zeros_like(digit))
+    return up, labels
+
+
+def source_images(
+    dense: DenseConfig, seed: int, spec: ImageShard
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images of one shard and their per-pixel labels. Shape: (rows, c, S, S), (rows, S, S)."""
+    ds = dense.images
+    if isinstance(ds, ShapesImages):
+        parts = []
+        for start in range(0, spec.rows, GENERATE_CHUNK):
+            gen = generator(seed, "shapes", spec.split, spec.index, start)
+            count = min(GENERATE_CHUNK, spec.rows - start)
+            parts.append(images.generate(count, ds.size, ds.classes, gen, tuple(ds.objects)))
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    if isinstance(ds, DigitsImages):
+        rows = _split_order(DIGITS_ROWS, dense, seed)[spec.split][
+            spec.start : spec.start + spec.rows
+        ]
+        return _digits(dense, rows)
+    x, labels, side, _ = _user_images(ds)
+    rows = _split_order(x.shape[0], dense, seed)[spec.split][spec.start : spec.start + spec.rows]
+    lab = (
+        torch.from_numpy(labels[rows])
+        if labels is not None
+        else torch.full((len(rows), side, side), -1, dtype=torch.int64)
+    )
+    return torch.from_numpy(x[rows]), lab
+
+
+def _bytes(x: torch.Tensor) -> pa.Array:
+    """(N, ...) values in [0, 1] -> N rows of uint8 (round(255 x))."""
+    flat = (x.reshape(x.shape[0], -1) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+
+
+def _ints(x: torch.Tensor) -> pa.Array:
+    flat = x.reshape(x.shape[0], -1).to(torch.int16).numpy()
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+
+
+def _floats(x: torch.Tensor) -> pa.Array:
+    flat = x.to(torch.float64).numpy()
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+
+
+def make_image_shard(dense: DenseConfig, seed: int, spec: ImageShard) -> pa.Table:
+    """The rows of one image shard: both views of every image with their geometry."""
+    pixels, labels = source_images(dense, seed, spec)
+    v = dense.views
+    gen = generator(seed, "views", spec.split, spec.index)
+    first, second = crops.two_views(
+        pixels, labels, v.size, gen, tuple(v.scale), tuple(v.ratio), v.flip
+    )
+    return pa.table(
+        {
+            "id": np.arange(spec.start, spec.start + spec.rows, dtype=np.int64),
+            "view1": _bytes(first.images),
+            "view2": _bytes(second.images),
+            "labels1": _ints(first.labels),
+            "labels2": _ints(second.labels),
+            "box1": _floats(first.boxes),
+            "box2": _floats(second.boxes),
+            "flip1": pa.array(first.flips.numpy()),
+            "flip2": pa.array(second.flips.numpy()),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ImageShardJob:
+    dense: DenseConfig
+    seed: int
+    data_dir: Path
+    staging: Path
+
+
+def write_image_shard(spec: ImageShard, job: ImageShardJob) -> str:
+    """The step of the dense materialize stage: one image shard, written atomically."""
+    path = shard_path(job.data_dir, spec)
+    write_parquet_atomic(make_image_shard(job.dense, job.seed, spec), path, job.staging)
+    return str(path)
