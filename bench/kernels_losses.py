@@ -1,16 +1,20 @@
-"""Benchmark of crl.losses.nt_xent and crl.dense.dense_info_nce (a script, not a test).
+"""Benchmark of crl.losses.nt_xent (a script, not a test).
 
-1. NT-Xent forward + backward, float32 CPU, crl vs pytorch-metric-learning `NTXentLoss` on the
-   same L2-normalised tensors: median time over repeats after a warm-up, speed ratio, max |diff|.
-   Each pml run happens in a child process under an address-space limit, because pml builds a
-   (2B) x (2B (2B - 2)) indicator matrix and cannot run at large B.
-2. Dense InfoNCE with a 16384-row queue: chunked `dense_info_nce` vs a naive unchunked version
-   (one logit matrix for all positions), forward + backward, each variant in fresh child
-   processes: one for time, one for memory. Peak memory is the growth of VmHWM (Linux peak RSS of
-   the process, reset through /proc/self/clear_refs after a warm-up) during one call; ru_maxrss
-   would not do, since it survives exec and a child starts with the parent's peak.
+NT-Xent forward + backward, float32 CPU, D = 128, T = 0.1: crl's `nt_xent` (path "auto")
+against the plain-torch formulation users write (normalise, one 2B x 2B similarity matrix,
+masked diagonal, `F.cross_entropy`) and pytorch-metric-learning's `NTXentLoss`, on the same
+tensors. Every variant runs in fresh child processes under one address-space limit
+(REFERENCE_ADDRESS_LIMIT, so a variant that does not fit fails instead of swapping): one for
+time (median over repeats after a warm-up), one for peak memory. The loss values and the
+gradients with respect to z1, z2 are compared with the reference's (max |diff|); where the
+reference does not fit, the value is compared with a float64 one computed row block by row block.
 
-Run: `.venv/bin/python bench/kernels_losses.py`.
+Peak memory: the growth of VmHWM (Linux peak RSS of the child, reset through
+/proc/self/clear_refs after a warm-up on B = 2) during one call, the child running with
+MALLOC_MMAP_THRESHOLD_=65536 so freed blocks leave the RSS. Dense InfoNCE: bench/dense_loss.py.
+
+Run: `.venv/bin/python bench/kernels_losses.py` (about 3 minutes on 2 cores);
+`--batches 8,64` runs only those batch sizes.
 """
 
 from __future__ import annotations
@@ -23,20 +27,19 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from crl.dense import dense_info_nce
 from crl.losses import nt_xent
 
-NTXENT_BATCHES = (64, 256, 1024, 4096)
+NTXENT_BATCHES = (32, 64, 256, 1024, 4096, 16384)
 NTXENT_DIM, NTXENT_T = 128, 0.1
-PML_ADDRESS_LIMIT = 8 * 2**30  # bytes of address space for one pml child
-DENSE_CASES = ((8, 7, 128, 16384), (64, 7, 128, 16384))  # (B, grid side, C, Q)
-DENSE_T, DENSE_CHUNK = 0.2, 128
+REFERENCE_ADDRESS_LIMIT = 10 * 2**30  # bytes of address space for one NT-Xent child
+NTXENT_IMPLS = ("plain", "crl", "pml")
 
 
 def _median_seconds(step: Callable[[], torch.Tensor], repeats: int) -> tuple[float, float]:
@@ -57,60 +60,35 @@ def _ntxent_inputs(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     return z1.requires_grad_(), z2.requires_grad_()
 
 
+def plain_nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The plain-torch NT-Xent: normalise, one (2B, 2B) similarity matrix, diagonal masked,
+    cross-entropy against each row's partner."""
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    sim = (z @ z.T).div_(temperature)
+    sim.fill_diagonal_(-math.inf)
+    partner = (torch.arange(z.shape[0]) + z1.shape[0]) % z.shape[0]
+    return F.cross_entropy(sim, partner)
+
+
 def _ntxent_step(impl: str, z1: torch.Tensor, z2: torch.Tensor) -> Callable[[], torch.Tensor]:
     labels = torch.arange(z1.shape[0]).repeat(2)  # (2B,) pml: view i and i + B share a label
     if impl == "pml":
         from pytorch_metric_learning.losses import NTXentLoss
 
         pml = NTXentLoss(temperature=NTXENT_T)
+    loss_of = {
+        "crl": lambda: nt_xent(z1, z2, NTXENT_T),
+        "plain": lambda: plain_nt_xent(z1, z2, NTXENT_T),
+        "pml": lambda: pml(torch.cat([z1, z2]), labels),
+    }[impl]
 
     def step() -> torch.Tensor:
         z1.grad = z2.grad = None
-        loss = nt_xent(z1, z2, NTXENT_T) if impl == "crl" else pml(torch.cat([z1, z2]), labels)
+        loss = loss_of()
         loss.backward()
         return loss.detach()
 
     return step
-
-
-def _naive_dense(
-    v1: torch.Tensor, v2: torch.Tensor, pairs: torch.Tensor, temperature: float, queue: torch.Tensor
-) -> torch.Tensor:
-    """Unchunked Dense InfoNCE: one (B*K1) x (B*K2 + Q) logit matrix, MoCo style.
-
-    Pairs are (b, k, k), one positive per position, so every mean level is a plain mean.
-    """
-    B, K1, C = v1.shape
-    a = v1.reshape(B * K1, C)  # (B*K1, C)
-    logits = torch.cat([a @ v2.reshape(-1, C).T, a @ queue.T], dim=1) / temperature
-    rows = pairs[:, 0] * K1 + pairs[:, 1]  # (P,)
-    target = pairs[:, 0] * v2.shape[1] + pairs[:, 2]  # (P,)
-    return F.cross_entropy(logits[rows], target)  # logits: (B*K1, B*K2 + Q)
-
-
-def _dense_inputs(batch: int, side: int, dim: int, qsize: int) -> tuple[torch.Tensor, ...]:
-    """Random unit features v1, v2 (B, K, C), queue (Q, C), identity pairs (B*K, 3)."""
-    gen = torch.Generator().manual_seed(0)
-    k = side * side
-    v1 = F.normalize(torch.randn(batch, k, dim, generator=gen), dim=-1).requires_grad_()
-    v2 = F.normalize(torch.randn(batch, k, dim, generator=gen), dim=-1).requires_grad_()
-    queue = F.normalize(torch.randn(qsize, dim, generator=gen), dim=-1)
-    pos = torch.arange(k).repeat(batch)  # (B*K,) position k of view 1 <-> position k of view 2
-    pairs = torch.stack([torch.arange(batch).repeat_interleave(k), pos, pos], dim=1)  # (B*K, 3)
-    return v1, v2, queue, pairs
-
-
-def _dense_step(
-    variant: str, v1: torch.Tensor, v2: torch.Tensor, queue: torch.Tensor, pairs: torch.Tensor
-) -> torch.Tensor:
-    """Forward + backward of one variant; returns the detached loss."""
-    v1.grad = v2.grad = None
-    if variant == "naive":
-        loss = _naive_dense(v1, v2, pairs, DENSE_T, queue)
-    else:
-        loss = dense_info_nce(v1, v2, pairs, DENSE_T, queue=queue, chunk=DENSE_CHUNK)
-    loss.backward()
-    return loss.detach()
 
 
 def _proc_status_kib(field: str) -> int:
@@ -120,36 +98,28 @@ def _proc_status_kib(field: str) -> int:
     return int(line.split()[1])
 
 
-def _dense_child(mode: str, variant: str, batch: int, side: int, dim: int, qsize: int) -> dict:
-    """One dense variant forward + backward in a fresh process.
-
-    mode "time": median of 5 runs after one warm-up run. mode "mem": warm up on B=2, reset the
-    peak-RSS mark, run once; peak_mib is the growth of resident memory during that run (the
-    parent starts this child with a low malloc mmap threshold so freed blocks leave the RSS).
-    """
-    if mode == "time":
-        inputs = _dense_inputs(batch, side, dim, qsize)
-        seconds, value = _median_seconds(lambda: _dense_step(variant, *inputs), 5)
-        return {"value": value, "seconds": seconds}
-    _dense_step(variant, *_dense_inputs(2, side, dim, qsize))
-    inputs = _dense_inputs(batch, side, dim, qsize)
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # VmHWM := VmRSS
-    before = _proc_status_kib("VmRSS")
-    value = _dense_step(variant, *inputs).item()
-    return {"value": value, "peak_mib": (_proc_status_kib("VmHWM") - before) / 1024}
-
-
-def _pml_child(batch: int, repeats: int) -> dict:
-    resource.setrlimit(resource.RLIMIT_AS, (PML_ADDRESS_LIMIT, PML_ADDRESS_LIMIT))
-    z1, z2 = _ntxent_inputs(batch)
+def _ntxent_child(mode: str, impl: str, batch: int, repeats: int, grads: str) -> dict:
+    """One NT-Xent variant in a fresh process under REFERENCE_ADDRESS_LIMIT. mode "time": median
+    of `repeats` after a warm-up, the value, and the gradients saved to `grads`; mode "mem": the
+    growth of peak RSS during one call (after a warm-up on B = 2)."""
+    resource.setrlimit(resource.RLIMIT_AS, (REFERENCE_ADDRESS_LIMIT, REFERENCE_ADDRESS_LIMIT))
     try:
-        seconds, value = _median_seconds(_ntxent_step("pml", z1, z2), repeats)
+        if mode == "time":
+            z1, z2 = _ntxent_inputs(batch)
+            seconds, value = _median_seconds(_ntxent_step(impl, z1, z2), repeats)
+            torch.save({"z1": z1.grad, "z2": z2.grad}, grads)
+            return {"seconds": seconds, "value": value}
+        _ntxent_step(impl, *_ntxent_inputs(2))()
+        step = _ntxent_step(impl, *_ntxent_inputs(batch))
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # VmHWM := VmRSS
+        before = _proc_status_kib("VmRSS")
+        value = step().item()
+        return {"value": value, "peak_mib": (_proc_status_kib("VmHWM") - before) / 1024}
     except (RuntimeError, MemoryError) as err:
         wanted = re.search(r"allocate (\d+) bytes", str(err))
-        size = f"{int(wanted.group(1)) / 2**30:.0f} GiB" if wanted else str(err)[:80]
-        return {"error": f"{type(err).__name__} allocating {size}"}
-    return {"seconds": seconds, "value": value}
+        size = f"{int(wanted.group(1)) / 2**30:.1f} GiB" if wanted else str(err)[:80]
+        return {"error": f"out of memory allocating {size}"}
 
 
 def _child(*args: str, low_mmap: bool = False) -> dict:
@@ -167,53 +137,63 @@ def _child(*args: str, low_mmap: bool = False) -> dict:
     return json.loads(out.stdout)
 
 
-def run() -> list[dict]:
-    """All benchmark rows; NT-Xent rows first, then dense rows."""
-    rows = []
-    for batch in NTXENT_BATCHES:
-        repeats = 5 if batch <= 1024 else 3
-        seconds, value = _median_seconds(_ntxent_step("crl", *_ntxent_inputs(batch)), repeats)
-        pml = _child("pml", str(batch), str(repeats))
-        row = {"bench": "nt_xent", "B": batch, "D": NTXENT_DIM, "crl_s": seconds}
-        if "error" in pml:
-            row |= {
-                "pml_s": math.nan,
-                "speedup": math.nan,
-                "max_abs_diff": math.nan,
-                "note": "pml failed: " + pml["error"],
-            }
-        else:
-            row |= {
-                "pml_s": pml["seconds"],
-                "speedup": pml["seconds"] / seconds,
-                "max_abs_diff": abs(pml["value"] - value),
-                "note": "",
-            }
-        rows.append(row)
-    for batch, side, dim, qsize in DENSE_CASES:
-        case = [str(x) for x in (batch, side, dim, qsize)]
-        naive, chunked = (
-            _child("time", v, *case) | _child("mem", v, *case, low_mmap=True)
-            for v in ("naive", "chunked")
-        )
-        pairs, columns = batch * side * side, batch * side * side + qsize
-        for name, res in (("naive", naive), ("chunked", chunked)):
-            rows_at_once = min(DENSE_CHUNK, pairs) if name == "chunked" else pairs
-            row = {
-                "bench": f"dense_{name}",
-                "B": batch,
-                "K": side * side,
-                "C": dim,
-                "Q": qsize,
-                "chunk": rows_at_once,
-                "logits_mib": rows_at_once * columns * 4 / 2**20,  # largest float32 intermediate
-            }
-            row |= res
-            row["abs_diff_vs_naive"] = abs(
-                res.get("value", math.nan) - naive.get("value", math.nan)
+def _float64_value(batch: int, rows: int = 512) -> float:
+    """NT-Xent of the benchmark's inputs in float64, `rows` anchors at a time (value only)."""
+    z1, z2 = (z.detach().double() for z in _ntxent_inputs(batch))
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    n, total = z.shape[0], 0.0
+    for start in range(0, n, rows):
+        idx = torch.arange(start, min(n, start + rows))
+        sim = z[idx] @ z.T / NTXENT_T  # (rows, 2B)
+        pos = sim[torch.arange(idx.numel()), (idx + batch) % n]
+        sim[torch.arange(idx.numel()), idx] = -math.inf
+        total += float((torch.logsumexp(sim, dim=1) - pos).sum())
+    return total / n
+
+
+def _ntxent_row(batch: int) -> dict:
+    """Time, peak memory, value and gradient differences of every NT-Xent variant at B."""
+    repeats = 5 if batch <= 1024 else 3 if batch <= 4096 else 1
+    row: dict = {"bench": "nt_xent", "B": batch, "D": NTXENT_DIM}
+    found: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for impl in NTXENT_IMPLS:
+            grads = os.path.join(tmp, f"{impl}.pt")
+            timed = _child("time", impl, str(batch), str(repeats), grads)
+            memory = (
+                {} if impl == "pml" else _child("mem", impl, str(batch), "1", grads, low_mmap=True)
             )
-            rows.append(row)
-    return rows
+            found[impl] = timed | {"peak_mib": memory.get("peak_mib", math.nan)}
+            if "error" not in timed:
+                found[impl]["grads"] = torch.load(grads)
+        ref = found["plain"]
+        for impl, res in found.items():
+            row[f"{impl}_ms"] = res.get("seconds", math.nan) * 1e3
+            if impl != "pml":
+                row[f"{impl}_peak_mib"] = res["peak_mib"]
+        crl = found["crl"]
+        row["crl_speedup_vs_plain"] = ref.get("seconds", math.nan) / crl.get("seconds", math.nan)
+        row["crl_speedup_vs_pml"] = found["pml"].get("seconds", math.nan) / crl.get(
+            "seconds", math.nan
+        )
+        if "grads" in ref and "grads" in crl:
+            row["value_diff"] = abs(crl["value"] - ref["value"])
+            row["grad_diff"] = max(
+                float((crl["grads"][k] - ref["grads"][k]).abs().max()) for k in ("z1", "z2")
+            )
+        elif "value" in crl:  # the reference did not fit: an independent float64 value instead
+            row["value_diff"] = abs(crl["value"] - _float64_value(batch))
+            row["grad_diff"] = math.nan
+        row["pml_value_diff"] = abs(
+            found["pml"].get("value", math.nan) - ref.get("value", math.nan)
+        )
+        row["note"] = "; ".join(f"{k}: {v['error']}" for k, v in found.items() if "error" in v)
+    return row
+
+
+def run(batches: tuple[int, ...] = NTXENT_BATCHES) -> list[dict]:
+    """One row per batch size."""
+    return [_ntxent_row(batch) for batch in batches]
 
 
 def _table(rows: list[dict]) -> str:
@@ -234,12 +214,11 @@ def _table(rows: list[dict]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        if sys.argv[2] == "pml":
-            result = _pml_child(*(int(x) for x in sys.argv[3:]))
-        else:
-            mode, variant, *nums = sys.argv[2:]
-            result = _dense_child(mode, variant, *(int(x) for x in nums))
-        print(json.dumps(result))
+        mode, impl, batch, repeats, grads = sys.argv[2:]
+        print(json.dumps(_ntxent_child(mode, impl, int(batch), int(repeats), grads)))
     else:
+        batches = NTXENT_BATCHES
+        if len(sys.argv) == 3 and sys.argv[1] == "--batches":
+            batches = tuple(int(b) for b in sys.argv[2].split(","))
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 CPU")
-        print(_table(run()))
+        print(_table(run(batches)))

@@ -216,16 +216,17 @@ def report(
 
 
 BENCHES = {
-    "kernels": ["bench/kernels_losses.py", "bench/kernels_rademacher.py"],
+    "kernels": ["bench/kernels_losses.py", "bench/dense_loss.py", "bench/kernels_rademacher.py"],
     "pipeline": ["bench/pipeline.py"],
     "bounds": ["bench/bounds_share.py"],
     "dense": ["bench/dense_loss.py"],
+    "gpu": ["bench/gpu.py"],
 }
 
 
 @app.command()
 def bench(
-    which: Annotated[str, typer.Argument(help="kernels | pipeline | bounds | dense")] = "kernels",
+    which: Annotated[str, typer.Argument(help="kernels | pipeline | bounds | dense | gpu")] = "kernels",
 ) -> None:
     """Benchmarks that print ratios against references measured in the same run."""
     import subprocess

@@ -15,10 +15,13 @@ import torch
 import torch.nn.functional as F
 
 from crl.kernels import _validate
+from crl.kernels.fused_contrast import nt_xent_blocked
 
 __all__ = [
     "BINARY_LOSSES",
     "LN2",
+    "NT_XENT_PATHS",
+    "PLAIN_MAX_ROWS",
     "REDUCTIONS",
     "binary",
     "hinge",
@@ -37,6 +40,8 @@ __all__ = [
 LN2 = math.log(2.0)
 BINARY_LOSSES = ("hinge", "logistic")  # the one-negative losses of Saunshi et al.
 REDUCTIONS = ("mean", "none")
+NT_XENT_PATHS = ("auto", "plain", "blocked")
+PLAIN_MAX_ROWS = 256  # nt_xent "auto": plain up to this many rows (bench/kernels_losses.py)
 
 
 def _reduce(per_anchor: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -222,7 +227,9 @@ def info_nce(
     return _reduce(per_anchor, reduction)
 
 
-def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+def nt_xent(
+    z1: torch.Tensor, z2: torch.Tensor, temperature: float, path: str = "auto"
+) -> torch.Tensor:
     """SimCLR NT-Xent loss (Chen et al. 2020) over a batch of B pairs of views.
 
     With z = normalize([z1; z2]) (2B, D) and s_ij = z_i^T z_j / T, anchor i has positive
@@ -231,16 +238,23 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     Same value as pytorch-metric-learning `NTXentLoss(temperature=T)` on `cat([z1, z2])` with
     labels `arange(B).repeat(2)`.
 
+    path: "plain" (one 2B x 2B matrix through autograd), "blocked" (crl.kernels.fused_contrast:
+    row blocks, the gradient computed in the same pass, memory O(block x 2B)), or "auto":
+    "plain" up to PLAIN_MAX_ROWS rows of z, "blocked" above (bench/kernels_losses.py).
+
     Shape: z1 (B, D), z2 (B, D) with B >= 2 -> ().
     """
     T = _validate.positive("temperature", temperature)
+    _validate.choice("path", path, NT_XENT_PATHS)
     z1, z2 = _validate.floating("z1", z1), _validate.floating("z2", z2)
     _validate.shape("z1", z1, "(B, D) with B >= 2", z1.ndim == 2 and z1.shape[0] >= 2)
     _validate.shape("z2", z2, f"{tuple(z1.shape)} (shape of z1)", z2.shape == z1.shape)
     z = F.normalize(torch.cat([z1, z2], dim=0), dim=1)  # (2B, D)
-    cos = z @ z.T  # (2B, 2B)
-    partner = (torch.arange(cos.shape[0], device=cos.device) + z1.shape[0]) % cos.shape[0]
-    pos = cos.gather(1, partner[:, None])  # (2B, 1), cosine of the positive pair
-    delta = (cos - pos).div_(T)  # (2B, 2B), s_ij - s_{i p(i)}: subtract before scaling by 1/T
-    delta.fill_diagonal_(-math.inf)  # j = i is not in the contrast set
-    return _reduce(torch.logsumexp(delta, dim=1), "mean")
+    if path == "blocked" or (path == "auto" and z.shape[0] > PLAIN_MAX_ROWS):
+        return nt_xent_blocked(z, T)
+    # cos - 1 before scaling by 1/T: exact (Sterbenz) for cos in [1/2, 1], the entries that
+    # decide the loss, so logits near the maximum keep their differences at tiny T
+    logits = (z @ z.T).sub_(1.0).div_(T)  # (2B, 2B) (s_ij - 1/T)
+    logits.fill_diagonal_(-math.inf)  # j = i is not in the contrast set
+    partner = (torch.arange(z.shape[0], device=z.device) + z1.shape[0]) % z.shape[0]
+    return _reduce(F.cross_entropy(logits, partner, reduction="none"), "mean")

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crl import losses
+from crl.kernels import fused_contrast
 
 L0 = 1.0 + 1.0 / math.log(2.0)
 
@@ -191,19 +192,57 @@ def test_lse_risk_bounds(rows: list[float], pos: float, T: float) -> None:
 # ---- NT-Xent ----
 
 
+@pytest.mark.parametrize("path", losses.NT_XENT_PATHS)
 @pytest.mark.parametrize("T", [0.1, 0.5, 1.0])
 @pytest.mark.parametrize("B,D", [(2, 3), (5, 4), (8, 16)])
-def test_nt_xent_loop(T: float, B: int, D: int) -> None:
+def test_nt_xent_loop(T: float, B: int, D: int, path: str) -> None:
     z1, z2 = _randn(B, D, seed=B), _randn(B, D, seed=B + 100)
     expected = ref_nt_xent(z1.tolist(), z2.tolist(), T)
-    assert losses.nt_xent(z1, z2, T).item() == pytest.approx(expected, rel=1e-10)
+    assert losses.nt_xent(z1, z2, T, path).item() == pytest.approx(expected, rel=1e-10)
 
 
+@pytest.mark.parametrize("path", losses.NT_XENT_PATHS)
 @pytest.mark.parametrize("B", [2, 3, 17])
-def test_nt_xent_collinear(B: int) -> None:
+def test_nt_xent_collinear(B: int, path: str) -> None:
     z = torch.tensor([[3.0, 4.0]]).expand(B, 2)
     for T in (1e-4, 0.07, 1.0):
-        assert losses.nt_xent(z, 2 * z, T).item() == pytest.approx(math.log(2 * B - 1), rel=1e-5)
+        value = losses.nt_xent(z, 2 * z, T, path).item()
+        assert value == pytest.approx(math.log(2 * B - 1), rel=1e-5)
+
+
+@pytest.mark.parametrize("B,block", [(2, 1), (5, 3), (9, 4), (16, 32), (130, 64)])
+def test_nt_xent_blocked_value_and_gradient_against_autograd(B: int, block: int) -> None:
+    """Every block size gives the loop's value, and the gradient computed in the forward pass
+    equals autograd's through the plain path (float64), also when scaled by a grad_output."""
+    z1 = _randn(B, 6, seed=B).requires_grad_()
+    z2 = _randn(B, 6, seed=B + 7).requires_grad_()
+    T = 0.3
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
+    blocked = fused_contrast.nt_xent_blocked(z, T, block=block)
+    expected = ref_nt_xent(z1.tolist(), z2.tolist(), T)
+    assert blocked.item() == pytest.approx(expected, rel=1e-12)
+    got = torch.autograd.grad(3.5 * blocked, (z1, z2))
+    want = torch.autograd.grad(3.5 * losses.nt_xent(z1, z2, T, "plain"), (z1, z2))
+    for g, w in zip(got, want, strict=True):
+        assert torch.allclose(g, w, rtol=0, atol=1e-13)
+    with torch.no_grad():
+        assert fused_contrast.nt_xent_blocked(z, T, block).item() == blocked.item()
+
+
+def test_nt_xent_blocked_gradcheck() -> None:
+    z1, z2 = _randn(3, 4, seed=1).requires_grad_(), _randn(3, 4, seed=2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: losses.nt_xent(a, b, 0.4, "blocked"), (z1, z2))
+
+
+def test_nt_xent_auto_takes_the_blocked_path_above_the_threshold() -> None:
+    B = losses.PLAIN_MAX_ROWS // 2 + 1
+    z1, z2 = _randn(B, 4, seed=3).requires_grad_(), _randn(B, 4, seed=4)
+    auto = losses.nt_xent(z1, z2, 0.5)
+    assert type(auto.grad_fn).__name__ == "_BlockedNTXentBackward"
+    plain = losses.nt_xent(z1, z2, 0.5, "plain")
+    assert auto.item() == pytest.approx(plain.item(), rel=1e-12)
+    small = losses.nt_xent(z1[:4], z2[:4], 0.5)
+    assert type(small.grad_fn).__name__ != "_BlockedNTXentBackward"
 
 
 @pytest.mark.parametrize("B,T", [(4, 0.07), (33, 0.5)])
@@ -293,6 +332,7 @@ BAD_INPUTS = [
     (lambda: losses.nt_xent(A, torch.zeros(3, 3), 0.5), "z2"),
     (lambda: losses.nt_xent(torch.zeros(1, 2), torch.zeros(1, 2), 0.5), "z1"),
     (lambda: losses.nt_xent(A, A, -0.5), "temperature"),
+    (lambda: losses.nt_xent(A, A, 0.5, path="fast"), "path"),
 ]
 
 
