@@ -226,7 +226,7 @@ BENCHES = {
 
 @app.command()
 def bench(
-    which: Annotated[str, typer.Argument(help="kernels | pipeline | bounds | dense | gpu")] = "kernels",
+    which: Annotated[str, typer.Argument(help=" | ".join(BENCHES))] = "kernels",
 ) -> None:
     """Benchmarks that print ratios against references measured in the same run."""
     import subprocess

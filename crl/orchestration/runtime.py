@@ -82,8 +82,20 @@ def check_address(address: str | None, timeout: float = 3.0) -> None:
         ) from None
 
 
+def local_cpus() -> int:
+    """The CPUs a private local Ray offers: CRL_RAY_NUM_CPUS (a positive integer; e.g. to
+    benchmark one core of many, or to leave cores to other work), else every CPU here."""
+    value = os.environ.get("CRL_RAY_NUM_CPUS")
+    if value is None:
+        return os.cpu_count() or 1
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"CRL_RAY_NUM_CPUS={value!r}: expected a positive integer")
+    return int(value)
+
+
 def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
-    """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1.
+    """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1 with
+    `num_cpus` CPUs (default: `local_cpus()`).
 
     A bare ray.init() silently attaches to any running cluster; address="local" never does.
     Returns a short description of where the work runs.
@@ -121,7 +133,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
     atexit.register(_remove_private_ray, temp)
     ray.init(
         address="local",
-        num_cpus=num_cpus or os.cpu_count(),
+        num_cpus=num_cpus or local_cpus(),
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         _temp_dir=os.path.join(temp, "r"),
@@ -130,7 +142,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         **quiet,
     )
     _sigterm_interrupts()
-    return "local ray on 127.0.0.1"
+    return f"local ray on 127.0.0.1 ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
 
 
 def _sigterm_interrupts() -> None:
