@@ -153,3 +153,19 @@ def test_progress_line_and_tenths() -> None:
     bar.advance()
     assert not bar._on_a_tenth()
     assert bar.line().startswith("crl: cells 21/200 (10%)")
+
+
+def test_local_cpus_reads_crl_ray_num_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from crl.core.errors import ConfigError
+    from crl.orchestration.runtime import local_cpus
+
+    monkeypatch.delenv("CRL_RAY_NUM_CPUS", raising=False)
+    assert local_cpus() == (os.cpu_count() or 1)
+    monkeypatch.setenv("CRL_RAY_NUM_CPUS", "1")
+    assert local_cpus() == 1
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv("CRL_RAY_NUM_CPUS", bad)
+        with pytest.raises(ConfigError, match="CRL_RAY_NUM_CPUS"):
+            local_cpus()
