@@ -180,12 +180,10 @@ class Config(_Run):
     @model_validator(mode="after")
     def _sections(self) -> Config:
         if (self.dataset is None) != (self.grid is None):
-            missing = "dataset" if self.dataset is None else "grid"
-            raise ValueError(
-                f"{missing}: required with {'grid' if missing == 'dataset' else 'dataset'}"
-            )
+            missing, given = ("dataset", "grid") if self.dataset is None else ("grid", "dataset")
+            raise ValueError(f"{missing}: required key is missing (it goes with {given})")
         if self.grid is None and self.dense is None:
-            raise ValueError("grid: required (with dataset), unless the config has a dense section")
+            raise ValueError("grid: required key is missing (or give a dense section)")
         return self
 
     @model_validator(mode="after")

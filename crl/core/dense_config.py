@@ -90,7 +90,10 @@ class BackboneConfig(_Strict):
     layers of `channels`, the first `downsample` of them with stride 2), or a user module
     ("module": `module` = "package.module:attribute", called with `module_kwargs`, no weights
     are downloaded). Its feature map is average-pooled to a `grid` x `grid` grid; each position
-    feature is centred and scaled into the unit ball (D1)."""
+    feature is centred on the train mean, then put in the unit ball (D1) by `normalise`:
+    "scale" divides every feature by the largest norm over the run (norms keep their spread),
+    "unit" divides each feature by its own norm (every norm 1, as DenseCL's normalised
+    embeddings; a zero feature stays zero)."""
 
     kind: Literal["random_conv", "module"] = "random_conv"
     channels: int = Field(64, ge=1)
@@ -99,6 +102,7 @@ class BackboneConfig(_Strict):
     module: str | None = None
     module_kwargs: dict = {}
     grid: int = Field(4, ge=1, le=32)
+    normalise: Literal["scale", "unit"] = "scale"
     seed: int = 0
     batch_rows: int = Field(256, ge=1)
 

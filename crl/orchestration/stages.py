@@ -157,8 +157,9 @@ def _cell_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
     job = _grid_job(config, paths, commit)
     if config.dense is None:
         return job
-    grid = config.dense.backbone.grid
-    return replace(job, dense=load_dense_features(paths.dense_features, grid * grid))
+    backbone = config.dense.backbone
+    features = load_dense_features(paths.dense_features, backbone.grid**2, backbone.normalise)
+    return replace(job, dense=features)
 
 
 def _grid_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:

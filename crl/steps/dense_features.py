@@ -1,9 +1,10 @@
 """A run's dense position features read back for the cells, and the draws of a cell.
 
 Normalisation (D1: every position feature in the unit ball): centred on the mean of the train
-positions of both views and divided by the largest centred norm over all splits (times
-1 + 1e-6), so ||phi_k|| <= 1 on every row the cells see. The pooled (global) feature of a view is
-the mean of its position features, so its norm is <= 1 too.
+positions of both views, then ("scale") divided by the largest centred norm over all splits
+(times 1 + 1e-6), or ("unit") each divided by its own norm (times 1 + 1e-6), so ||phi_k|| <= 1
+on every row the cells see. The pooled (global) feature of a view is the mean of its position
+features, so its norm is <= 1 too.
 
 External negatives come from the pool split, disjoint from train and test. One negative is a
 position of a pool image drawn like the positive's key b: a uniform matched position a of that
@@ -72,7 +73,9 @@ def argmax_match(f1: np.ndarray, f2: np.ndarray) -> np.ndarray:
     return (a @ b.transpose(1, 2)).argmax(dim=2).numpy().astype(np.int64)
 
 
-def load_dense_features(features_dir: Path, positions: int) -> DenseFeatures:
+def load_dense_features(
+    features_dir: Path, positions: int, normalise: str = "scale"
+) -> DenseFeatures:
     """Every split, normalised into the unit ball (D1), with both correspondences."""
     tables = {s: _read(features_dir, s) for s in SPLITS}
     raw = {
@@ -92,8 +95,15 @@ def load_dense_features(features_dir: Path, positions: int) -> DenseFeatures:
     )
     scale = (scale or 1.0) * (1 + 1e-6)
 
+    def put(x: np.ndarray) -> np.ndarray:
+        x = x - mean
+        if normalise == "scale":
+            return x / np.float32(scale)
+        norms = np.linalg.norm(x, axis=2, keepdims=True) * np.float32(1 + 1e-6)
+        return x / np.maximum(norms, np.float32(1e-12))
+
     def split(name: str) -> DenseSplit:
-        f1, f2 = ((x - mean) / np.float32(scale) for x in raw[name])
+        f1, f2 = (put(x) for x in raw[name])
         t = tables[name]
         return DenseSplit(
             np.ascontiguousarray(f1),

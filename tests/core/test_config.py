@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from crl.core import config
 from tests.conftest import REPO
@@ -19,6 +20,15 @@ def test_quickstart_loads_and_hash_is_stable() -> None:
     assert a.run_id() == f"quickstart-{a.hash()}"
     assert {r for r, _ in config.objectives(a.grid)} == {"one_negative", "scrl", "sscrl"}
     assert {loss for _, loss in config.objectives(a.grid)} == set(config.LOSSES)
+
+
+def test_configs_without_a_dense_section_keep_their_hash() -> None:
+    """The dense section is left out of the hash when absent, so the run folders of grids
+    written before it existed keep their names (fbf8e18af886: the quickstart's grid)."""
+    tree = yaml.safe_load(QUICKSTART.read_text())
+    assert config.load(QUICKSTART).dense is not None
+    tree.pop("dense")
+    assert config.validate(tree).hash() == "fbf8e18af886"
 
 
 def test_override_changes_hash_and_parses_yaml() -> None:

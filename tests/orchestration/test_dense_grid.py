@@ -102,7 +102,10 @@ def test_every_dense_inequality_holds(dense_run: dict) -> None:
 def test_train_loss_recomputed_from_the_stored_head(dense_run: dict) -> None:
     """The head column and the run's features give back each cell's train loss by loops."""
     cfg, run_dir = dense_run["config"], dense_run["dir"]
-    features = load_dense_features(run_dir / "dense" / "features", cfg.dense.backbone.grid**2)
+    backbone = cfg.dense.backbone
+    features = load_dense_features(
+        run_dir / "dense" / "features", backbone.grid**2, backbone.normalise
+    )
     dense = dense_run["cells"].filter(pl.col("family") == "dense")
     T = cfg.dense.eval.temperature
     for row in dense.iter_rows(named=True):

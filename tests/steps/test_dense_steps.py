@@ -269,6 +269,19 @@ def test_features_are_centred_on_train_and_in_the_unit_ball(run) -> None:
     assert max(norms) <= 1.0 and max(norms) > 0.999
 
 
+def test_unit_normalisation_puts_every_feature_on_the_sphere(run) -> None:
+    cfg, root, scaled = run
+    unit = load_dense_features(root / "features", cfg.dense.backbone.grid**2, "unit")
+    for split in ("train", "test", "pool"):
+        for view in ("f1", "f2"):
+            norms = np.linalg.norm(getattr(getattr(unit, split), view), axis=2)
+            assert np.allclose(norms, 1.0, atol=1e-5) and norms.max() <= 1.0
+            a, b = getattr(getattr(unit, split), view), getattr(getattr(scaled, split), view)
+            cos = (a * b).sum(axis=2) / np.linalg.norm(b, axis=2)
+            assert np.allclose(cos, 1.0, atol=1e-5)  # same directions as "scale"
+    assert np.array_equal(unit.test.geometric, scaled.test.geometric)
+
+
 def test_argmax_match_against_a_loop(run) -> None:
     _, _, features = run
     f1, f2 = features.test.f1.astype(np.float64), features.test.f2.astype(np.float64)
