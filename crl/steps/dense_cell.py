@@ -146,13 +146,16 @@ def _probe(W: torch.Tensor, features: DenseFeatures, gen: torch.Generator) -> di
     return {"dense_probe_accuracy": float(acc), "dense_probe_majority": majority}
 
 
-def _retrieval(W: torch.Tensor, test: Batch) -> float:
-    """Share of geometrically matched view-1 positions whose best view-2 key (largest score
-    under the head) is their geometric correspondent."""
-    q, k = test.phi1 @ W.T, test.phi2 @ W.T  # (n, K, d)
-    best = (q @ k.transpose(1, 2)).argmax(dim=2)  # (n, K)
-    valid = test.match >= 0
-    return float((best == test.match)[valid].double().mean())
+def _retrieval(W: torch.Tensor, split: DenseSplit, count: int) -> float:
+    """Share of geometrically matched view-1 positions, on the first `count` held-out images
+    with a geometric match, whose best view-2 key (largest score under the head) is their
+    geometric correspondent (whatever correspondence the cell trains with)."""
+    rows = torch.from_numpy(split.kept("geometric"))[:count]
+    phi1, phi2 = (torch.from_numpy(f)[rows].to(F64) for f in (split.f1, split.f2))
+    match = torch.from_numpy(split.geometric)[rows]  # (n, K)
+    best = ((phi1 @ W.T) @ (phi2 @ W.T).transpose(1, 2)).argmax(dim=2)  # (n, K)
+    valid = match >= 0
+    return float((best == match)[valid].double().mean())
 
 
 def draw_train(
@@ -283,7 +286,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         "bounds_seconds": bounds_seconds,
         **dense_certify.mi_columns(mi_losses, m, R, T, ev.delta, why),
         **_probe(W, features, gen),
-        "correspondence_top1": _retrieval(W, test),
+        "correspondence_top1": _retrieval(W, features.test, ev.test_images),
         "correspondence_chance": 1.0 / features.positions,
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",

@@ -356,7 +356,16 @@ def test_dense_cell_row_recomputes_and_holds(run, key: DenseKey) -> None:
     assert holds and all(v is not False for v in holds.values()), holds
     assert row["mi_estimate"] <= math.log(1 + key.m) + 1e-12
     assert row["mi_within_log1p_m"] is True
-    assert 0 <= row["correspondence_top1"] <= 1
+    test = features.test
+    hits, total = 0, 0
+    for i in test.kept("geometric")[: cfg.dense.eval.test_images]:
+        for a, b in enumerate(test.geometric[i]):
+            if b >= 0:
+                q = W @ torch.tensor(test.f1[i, a], dtype=torch.float64)
+                scores = [float(q @ (W @ torch.tensor(k, dtype=torch.float64))) for k in test.f2[i]]
+                hits += int(np.argmax(scores) == b)
+                total += 1
+    assert row["correspondence_top1"] == pytest.approx(hits / total, abs=1e-12)
     assert row["correspondence_chance"] == 1 / features.positions
     if key.regime == "sscrl":
         parts = row["gap_outer"] + row["gap_inner"]
