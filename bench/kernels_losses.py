@@ -5,7 +5,8 @@ against the plain-torch formulation users write (normalise, one 2B x 2B similari
 masked diagonal, `F.cross_entropy`) and pytorch-metric-learning's `NTXentLoss`, on the same
 tensors. Every variant runs in fresh child processes under one address-space limit
 (REFERENCE_ADDRESS_LIMIT, so a variant that does not fit fails instead of swapping): one for
-time (median over repeats after a warm-up), one for peak memory. The loss values and the
+time (crl and the plain reference in one process, their repeats interleaved; the median after
+a warm-up), one per variant for peak memory. The loss values and the
 gradients with respect to z1, z2 are compared with the reference's (max |diff|); where the
 reference does not fit, the value is compared with a float64 one computed row block by row block.
 
@@ -40,17 +41,6 @@ NTXENT_BATCHES = (32, 64, 256, 1024, 4096, 16384)
 NTXENT_DIM, NTXENT_T = 128, 0.1
 REFERENCE_ADDRESS_LIMIT = 10 * 2**30  # bytes of address space for one NT-Xent child
 NTXENT_IMPLS = ("plain", "crl", "pml")
-
-
-def _median_seconds(step: Callable[[], torch.Tensor], repeats: int) -> tuple[float, float]:
-    """Median wall time of `step` (forward + backward) after one warm-up; also its value."""
-    value = step().item()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), value
 
 
 def _ntxent_inputs(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,28 +88,53 @@ def _proc_status_kib(field: str) -> int:
     return int(line.split()[1])
 
 
-def _ntxent_child(mode: str, impl: str, batch: int, repeats: int, grads: str) -> dict:
-    """One NT-Xent variant in a fresh process under REFERENCE_ADDRESS_LIMIT. mode "time": median
-    of `repeats` after a warm-up, the value, and the gradients saved to `grads`; mode "mem": the
-    growth of peak RSS during one call (after a warm-up on B = 2)."""
+def _out_of_memory(err: BaseException) -> dict:
+    wanted = re.search(r"allocate (\d+) bytes", str(err))
+    size = f"{int(wanted.group(1)) / 2**30:.1f} GiB" if wanted else str(err)[:80]
+    return {"error": f"out of memory allocating {size}"}
+
+
+def _time_child(impls: list[str], batch: int, repeats: int, grads: str) -> dict:
+    """The variants `impls` in one fresh process under REFERENCE_ADDRESS_LIMIT, on the same
+    tensors, their repeats interleaved (so a busy machine slows them alike): the median time
+    after a warm-up, the value, the gradients saved to `grads`.<impl>.pt. A variant that runs
+    out of memory is reported as such and the others go on."""
+    resource.setrlimit(resource.RLIMIT_AS, (REFERENCE_ADDRESS_LIMIT, REFERENCE_ADDRESS_LIMIT))
+    z1, z2 = _ntxent_inputs(batch)
+    steps, out, times = {}, {}, {}
+    for impl in impls:
+        try:
+            steps[impl] = _ntxent_step(impl, z1, z2)
+            out[impl] = {"value": steps[impl]().item()}
+            torch.save({"z1": z1.grad, "z2": z2.grad}, f"{grads}.{impl}.pt")
+            times[impl] = []
+        except (RuntimeError, MemoryError) as err:
+            steps.pop(impl, None)
+            out[impl] = _out_of_memory(err)
+    for _ in range(repeats):
+        for impl, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[impl].append(time.perf_counter() - start)
+    for impl in steps:
+        out[impl]["seconds"] = statistics.median(times[impl])
+    return out
+
+
+def _memory_child(impl: str, batch: int) -> dict:
+    """One variant in a fresh process: the growth of peak RSS during one call (after a warm-up
+    on B = 2)."""
     resource.setrlimit(resource.RLIMIT_AS, (REFERENCE_ADDRESS_LIMIT, REFERENCE_ADDRESS_LIMIT))
     try:
-        if mode == "time":
-            z1, z2 = _ntxent_inputs(batch)
-            seconds, value = _median_seconds(_ntxent_step(impl, z1, z2), repeats)
-            torch.save({"z1": z1.grad, "z2": z2.grad}, grads)
-            return {"seconds": seconds, "value": value}
         _ntxent_step(impl, *_ntxent_inputs(2))()
         step = _ntxent_step(impl, *_ntxent_inputs(batch))
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")  # VmHWM := VmRSS
         before = _proc_status_kib("VmRSS")
-        value = step().item()
-        return {"value": value, "peak_mib": (_proc_status_kib("VmHWM") - before) / 1024}
+        step()
+        return {"peak_mib": (_proc_status_kib("VmHWM") - before) / 1024}
     except (RuntimeError, MemoryError) as err:
-        wanted = re.search(r"allocate (\d+) bytes", str(err))
-        size = f"{int(wanted.group(1)) / 2**30:.1f} GiB" if wanted else str(err)[:80]
-        return {"error": f"out of memory allocating {size}"}
+        return _out_of_memory(err)
 
 
 def _child(*args: str, low_mmap: bool = False) -> dict:
@@ -153,19 +168,17 @@ def _float64_value(batch: int, rows: int = 512) -> float:
 
 def _ntxent_row(batch: int) -> dict:
     """Time, peak memory, value and gradient differences of every NT-Xent variant at B."""
-    repeats = 5 if batch <= 1024 else 3 if batch <= 4096 else 1
+    repeats = 100 if batch <= 256 else 10 if batch <= 1024 else 3 if batch <= 4096 else 1
     row: dict = {"bench": "nt_xent", "B": batch, "D": NTXENT_DIM}
-    found: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for impl in NTXENT_IMPLS:
-            grads = os.path.join(tmp, f"{impl}.pt")
-            timed = _child("time", impl, str(batch), str(repeats), grads)
-            memory = (
-                {} if impl == "pml" else _child("mem", impl, str(batch), "1", grads, low_mmap=True)
-            )
-            found[impl] = timed | {"peak_mib": memory.get("peak_mib", math.nan)}
-            if "error" not in timed:
-                found[impl]["grads"] = torch.load(grads)
+        grads = os.path.join(tmp, "grads")
+        found = _child("time", "crl,plain", str(batch), str(repeats), grads)
+        found |= _child("time", "pml", str(batch), str(min(repeats, 3)), grads)  # s per call
+        for impl, res in found.items():
+            if impl != "pml":
+                res |= _child("mem", impl, str(batch), low_mmap=True)
+            if "error" not in res:
+                res["grads"] = torch.load(f"{grads}.{impl}.pt")
         ref = found["plain"]
         for impl, res in found.items():
             row[f"{impl}_ms"] = res.get("seconds", math.nan) * 1e3
@@ -214,8 +227,12 @@ def _table(rows: list[dict]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        mode, impl, batch, repeats, grads = sys.argv[2:]
-        print(json.dumps(_ntxent_child(mode, impl, int(batch), int(repeats), grads)))
+        if sys.argv[2] == "time":
+            impls, batch, repeats, grads = sys.argv[3:]
+            result = _time_child(impls.split(","), int(batch), int(repeats), grads)
+        else:
+            result = _memory_child(sys.argv[3], int(sys.argv[4]))
+        print(json.dumps(result))
     else:
         batches = NTXENT_BATCHES
         if len(sys.argv) == 3 and sys.argv[1] == "--batches":

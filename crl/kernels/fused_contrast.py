@@ -28,19 +28,20 @@ BLOCK_ELEMENTS = 2**22  # scores per block (16 MiB in float32): bench/kernels_lo
 class _BlockedNTXent(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: torch.Tensor, temperature: float, block: int, with_grad: bool):
-        n = z.shape[0]
-        rows = torch.arange(n, device=z.device)
-        partner = (rows + n // 2) % n
+        n, half = z.shape[0], z.shape[0] // 2
         total = torch.zeros((), dtype=torch.float64, device=z.device)
         grad = torch.zeros_like(z) if with_grad else None
-        for start in range(0, n, block):
-            stop = min(n, start + block)
+        # blocks never straddle the halves, so the diagonal (j = i) and the partners
+        # (j = i +- n/2) of a block's rows are diagonals of the block: views, no index tensors
+        starts = [*range(0, half, block), *range(half, n, block)]
+        for start in starts:
+            stop = min(start + block, half if start < half else n)
             zi = z[start:stop]  # (b, D)
             cos = zi @ z.T  # (b, N)
-            local = torch.arange(stop - start, device=z.device)
-            pos = cos[local, partner[start:stop]]  # (b,) cosine of each row's positive
+            shift = half if start < half else -half
+            pos = cos.diagonal(offset=start + shift).clone()  # (b,) cosine of each positive
             delta = cos.sub_(pos[:, None]).div_(temperature)  # s_ij - s_i,p(i), in place
-            delta[local, rows[start:stop]] = -math.inf  # j = i is not in the contrast set
+            delta.diagonal(offset=start).fill_(-math.inf)  # j = i is not in the contrast set
             lse = torch.logsumexp(delta, dim=1)  # (b,)
             total += lse.sum(dtype=torch.float64)
             if with_grad:
@@ -48,7 +49,7 @@ class _BlockedNTXent(torch.autograd.Function):
                 grad[start:stop].addmm_(soft, z)  # P_I Z
                 grad.addmm_(soft.T, zi)  # P_I^T Z_I
         if with_grad:
-            grad.sub_(z[partner], alpha=2.0).div_(n * temperature)
+            grad.sub_(z.roll(half, dims=0), alpha=2.0).div_(n * temperature)  # z.roll: Z[p]
             ctx.save_for_backward(grad)
         return (total / n).to(z.dtype)
 

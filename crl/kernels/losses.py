@@ -3,7 +3,8 @@
 Every kernel is a pure function of torch tensors; it runs on the device of its inputs and is
 differentiable. Exponentials are only taken inside `logsumexp` / `logaddexp`, so float32 inputs
 with |score / T| up to 1e4 give finite values and finite gradients. Means over anchors are
-accumulated in float64 and cast back to the input dtype.
+accumulated in float64 and cast back to the input dtype (nt_xent's plain path, at most
+PLAIN_MAX_ROWS anchors, leaves the mean to F.cross_entropy).
 """
 
 from __future__ import annotations
@@ -247,14 +248,13 @@ def nt_xent(
     T = _validate.positive("temperature", temperature)
     _validate.choice("path", path, NT_XENT_PATHS)
     z1, z2 = _validate.floating("z1", z1), _validate.floating("z2", z2)
-    _validate.shape("z1", z1, "(B, D) with B >= 2", z1.ndim == 2 and z1.shape[0] >= 2)
-    _validate.shape("z2", z2, f"{tuple(z1.shape)} (shape of z1)", z2.shape == z1.shape)
+    if not (z1.ndim == 2 and z1.shape[0] >= 2 and z2.shape == z1.shape):  # messages on failure
+        _validate.shape("z1", z1, "(B, D) with B >= 2", z1.ndim == 2 and z1.shape[0] >= 2)
+        _validate.shape("z2", z2, f"{tuple(z1.shape)} (shape of z1)", False)
     z = F.normalize(torch.cat([z1, z2], dim=0), dim=1)  # (2B, D)
     if path == "blocked" or (path == "auto" and z.shape[0] > PLAIN_MAX_ROWS):
         return nt_xent_blocked(z, T)
-    # cos - 1 before scaling by 1/T: exact (Sterbenz) for cos in [1/2, 1], the entries that
-    # decide the loss, so logits near the maximum keep their differences at tiny T
-    logits = (z @ z.T).sub_(1.0).div_(T)  # (2B, 2B) (s_ij - 1/T)
+    logits = (z @ z.T).div_(T)  # (2B, 2B) s_ij
     logits.fill_diagonal_(-math.inf)  # j = i is not in the contrast set
     partner = (torch.arange(z.shape[0], device=z.device) + z1.shape[0]) % z.shape[0]
-    return _reduce(F.cross_entropy(logits, partner, reduction="none"), "mean")
+    return F.cross_entropy(logits, partner)  # the mean over <= PLAIN_MAX_ROWS rows, in z's dtype

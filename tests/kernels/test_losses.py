@@ -229,6 +229,20 @@ def test_nt_xent_blocked_value_and_gradient_against_autograd(B: int, block: int)
         assert fused_contrast.nt_xent_blocked(z, T, block).item() == blocked.item()
 
 
+@pytest.mark.parametrize("path", ["plain", "blocked"])
+def test_nt_xent_float32_near_collinear_at_tiny_temperature(path: str) -> None:
+    """Every row near one direction (the hard case for rounding): float32 within 2e-5 of
+    float64 down to T = 1e-4."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 16, generator=gen, dtype=torch.float64)
+    z1 = base + 1e-2 * torch.randn(64, 16, generator=gen, dtype=torch.float64)
+    z2 = z1 + 3e-3 * torch.randn(64, 16, generator=gen, dtype=torch.float64)
+    for T in (1e-4, 1e-3, 0.1):
+        exact = losses.nt_xent(z1, z2, T, "plain").item()
+        single = losses.nt_xent(z1.float(), z2.float(), T, path).item()
+        assert single == pytest.approx(exact, rel=2e-5)
+
+
 def test_nt_xent_blocked_gradcheck() -> None:
     z1, z2 = _randn(3, 4, seed=1).requires_grad_(), _randn(3, 4, seed=2).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: losses.nt_xent(a, b, 0.4, "blocked"), (z1, z2))
