@@ -172,18 +172,21 @@ def _ntxent_row(batch: int) -> dict:
     row: dict = {"bench": "nt_xent", "B": batch, "D": NTXENT_DIM}
     with tempfile.TemporaryDirectory() as tmp:
         grads = os.path.join(tmp, "grads")
-        found = _child("time", "crl,plain", str(batch), str(repeats), grads)
-        found |= _child("time", "pml", str(batch), str(min(repeats, 3)), grads)  # s per call
+        found: dict[str, dict] = {}
+        for impls, times in (("crl,plain", repeats), ("pml", min(repeats, 3))):  # pml: s a call
+            timed = _child("time", impls, str(batch), str(times), grads)
+            for impl in impls.split(","):  # a child that died reports for all its variants
+                found[impl] = timed.get(impl, timed) if "error" not in timed else dict(timed)
         for impl, res in found.items():
-            if impl != "pml":
-                res |= _child("mem", impl, str(batch), low_mmap=True)
+            memory = {} if impl == "pml" else _child("mem", impl, str(batch), low_mmap=True)
+            res["peak_mib"] = memory.get("peak_mib", math.nan)
             if "error" not in res:
                 res["grads"] = torch.load(f"{grads}.{impl}.pt")
         ref = found["plain"]
         for impl, res in found.items():
             row[f"{impl}_ms"] = res.get("seconds", math.nan) * 1e3
             if impl != "pml":
-                row[f"{impl}_peak_mib"] = res["peak_mib"]
+                row[f"{impl}_peak_mib"] = res["peak_mib"]  # NaN where it did not fit
         crl = found["crl"]
         row["crl_speedup_vs_plain"] = ref.get("seconds", math.nan) / crl.get("seconds", math.nan)
         row["crl_speedup_vs_pml"] = found["pml"].get("seconds", math.nan) / crl.get(
