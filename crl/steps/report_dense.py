@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 OBJECTIVE = ["regime", "negatives", "correspondence", "lam"]
 HEADLINE = [
@@ -69,6 +70,14 @@ def _column(frame: pl.DataFrame, name: str) -> np.ndarray:
     return frame[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
 
 
+def _log_axis(ax, values: np.ndarray) -> None:
+    """A log x axis labelled at the grid's own values only."""
+    ticks = sorted({float(v) for v in values})
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def plot_gap(summary: pl.DataFrame, path: Path, save: Save, axis: str) -> None:
     """|gap| (seed CI) and the best certified bound against `axis`, a line per other value."""
     other = "m" if axis == "n" else "n"
@@ -87,8 +96,10 @@ def plot_gap(summary: pl.DataFrame, path: Path, save: Save, axis: str) -> None:
                 ms=3,
                 label=f"|gap| {other}={value[0]}",
             )
-            ax.plot(x, _column(line, "best_dense_bound_mean"), "--", color=colour, label="bound")
-        ax.set(xscale="log", yscale="log", xlabel=axis, ylabel="nats", title=_title(key))
+            bound = _column(line, "best_dense_bound_mean")
+            ax.plot(x, bound, "--", color=colour, label=f"best bound {other}={value[0]}")
+        _log_axis(ax, _column(group, axis))
+        ax.set(yscale="log", xlabel=axis, ylabel="nats", title=_title(key))
         ax.legend(fontsize=6)
     save(fig, path)
 
@@ -105,7 +116,8 @@ def plot_mi(summary: pl.DataFrame, path: Path, save: Save) -> None:
         ax.plot(m, _column(top, "mi_lcb_mean"), "s-", label="certified LCB")
         ax.plot(m, np.log1p(m), "k:", label="log(1+m)")
         ax.plot(m, _column(top, "mi_ceiling_mean"), "k--", lw=0.7, label="ceiling")
-        ax.set(xscale="log", xlabel="m", ylabel="nats", title=f"{_title(key)}, n={top['n'][0]}")
+        _log_axis(ax, m)
+        ax.set(xlabel="m", ylabel="nats", title=f"{_title(key)}, n={top['n'][0]}")
         ax.legend(fontsize=6)
     save(fig, path)
 
@@ -131,7 +143,8 @@ def plot_downstream(summary: pl.DataFrame, path: Path, save: Save) -> None:
                 lw=0.8,
                 label="majority class",
             )
-        ax.set(xscale="log", xlabel="m", ylabel=metric.replace("_", " "), title=metric)
+        _log_axis(ax, _column(summary, "m"))
+        ax.set(xlabel="m", ylabel=metric.replace("_", " "), title=metric)
         ax.legend(fontsize=5)
     save(fig, path)
 
