@@ -28,6 +28,7 @@ from crl.core.datasets import is_paired as is_paired
 from crl.core.dense_config import IMAGE_KINDS, DenseConfig
 from crl.core.errors import ConfigError
 from crl.core.strict import Strict as _Strict
+from crl.core.strict import non_empty_unique
 
 Regime = Literal["one_negative", "scrl", "sscrl"]
 Loss = Literal["hinge", "logistic", "lse", "info_nce"]
@@ -107,11 +108,7 @@ class GridConfig(_Strict):
     @field_validator("regimes", "losses", "m", "n", "seeds")
     @classmethod
     def _non_empty_unique(cls, value: list) -> list:
-        if not value:
-            raise ValueError("must not be empty")
-        if len(set(value)) != len(value):
-            raise ValueError(f"has repeated entries {value}")
-        return value
+        return non_empty_unique(value)
 
     @model_validator(mode="after")
     def _some_valid_objective(self) -> GridConfig:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from crl.core.strict import Strict as _Strict
+from crl.core.strict import non_empty_unique
 
 
 class ShapesImages(_Strict):
@@ -139,11 +140,7 @@ class DenseGrid(_Strict):
     @field_validator("regimes", "negatives", "correspondence", "lambdas", "m", "n", "seeds")
     @classmethod
     def _non_empty_unique(cls, value: list) -> list:
-        if not value:
-            raise ValueError("must not be empty")
-        if len(set(value)) != len(value):
-            raise ValueError(f"has repeated entries {value}")
-        return value
+        return non_empty_unique(value)
 
 
 class DenseEval(_Strict):

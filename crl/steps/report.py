@@ -18,22 +18,13 @@ from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
 from crl.steps import report_dense  # noqa: E402
 from crl.steps import report_saturation as saturation  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
+from crl.steps.figures import panels  # noqa: E402
 
 METRICS = ["mean_classifier_accuracy", "linear_probe_accuracy", "retrieval_auc"]
 
 
 def _objectives(summary: pl.DataFrame) -> list[tuple[str, str]]:
     return [tuple(r) for r in summary.select(["regime", "loss"]).unique(maintain_order=True).rows()]
-
-
-def _panels(count: int) -> tuple[plt.Figure, list]:
-    cols = min(4, count)
-    rows = (count + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat
 
 
 def _save(fig: plt.Figure, path: Path, staging: Path) -> None:
@@ -103,7 +94,7 @@ def plot_gap(summary: pl.DataFrame, path: Path, staging: Path, axis: str) -> Non
     other axis, on one log axis per (regime, loss)."""
     other = "m" if axis == "n" else "n"
     objs = _objectives(summary)
-    fig, axes = _panels(len(objs))
+    fig, axes = panels(len(objs))
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
         for (value,), line in sub.sort(axis).group_by([other], maintain_order=True):
@@ -115,7 +106,7 @@ def plot_gap(summary: pl.DataFrame, path: Path, staging: Path, axis: str) -> Non
 def plot_tightness(summary: pl.DataFrame, path: Path, staging: Path) -> None:
     """best certified bound / |gap| against n, one line per m (1 would be a tight bound)."""
     objs = _objectives(summary)
-    fig, axes = _panels(len(objs))
+    fig, axes = panels(len(objs))
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter((pl.col("regime") == regime) & (pl.col("loss") == loss))
         for (m,), line in sub.sort("n").group_by(["m"], maintain_order=True):
@@ -129,7 +120,7 @@ def plot_tightness(summary: pl.DataFrame, path: Path, staging: Path) -> None:
 
 def plot_downstream_vs_m(summary: pl.DataFrame, path: Path, staging: Path) -> None:
     objs = _objectives(summary)
-    fig, axes = _panels(len(objs))
+    fig, axes = panels(len(objs))
     n_max = summary["n"].max()
     for ax, (regime, loss) in zip(axes, objs, strict=False):
         sub = summary.filter(
@@ -289,13 +280,16 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     fits = pl.read_parquet(tables / "fits.parquet")
     out.mkdir(parents=True, exist_ok=True)
     family = (
-        summary["family"] if "family" in summary.columns else pl.Series([None] * summary.height)
+        summary["family"]
+        if "family" in summary.columns
+        else pl.Series([None] * summary.height, dtype=pl.String)
     )
     dense = summary.filter(family == "dense")
     rest = summary.filter(family.ne_missing("dense"))
+    paired = rest.height > 0 and family.filter(family.ne_missing("dense"))[0] == "paired"
     is_dense = pl.col("loss").str.starts_with("dense")
     sections = []
-    if rest.height and rest["family"][0] == "paired":
+    if paired:
         sections.append(paired_body(rest, fits.filter(~is_dense), out, staging))
     elif rest.height:
         sections.append(unimodal_body(rest, fits.filter(~is_dense), out, staging))
@@ -355,7 +349,7 @@ def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging:
 def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:
     """Sorted slack per statement against its quantile (symmetric-log y); failures in red."""
     statements = checks["statement"].unique(maintain_order=True).to_list()
-    fig, axes = _panels(len(statements))
+    fig, axes = panels(len(statements))
     for ax, statement in zip(axes, statements, strict=False):
         sub = checks.filter(pl.col("statement") == statement).sort("slack")
         quantile = [(i + 0.5) / sub.height for i in range(sub.height)]

@@ -14,6 +14,8 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
+from crl.steps.figures import panels  # noqa: E402
+
 OBJECTIVE = ["regime", "negatives", "correspondence", "lam"]
 HEADLINE = [
     *OBJECTIVE,
@@ -54,16 +56,6 @@ def _groups(summary: pl.DataFrame) -> list[tuple[tuple, pl.DataFrame]]:
     return [(k, g) for k, g in summary.group_by(OBJECTIVE, maintain_order=True)]
 
 
-def _grid(count: int) -> tuple[plt.Figure, list]:
-    cols = min(4, count)
-    rows = (count + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat
-
-
 def _column(frame: pl.DataFrame, name: str) -> np.ndarray:
     if name not in frame.columns:
         return np.full(frame.height, np.nan)
@@ -82,7 +74,7 @@ def plot_gap(summary: pl.DataFrame, path: Path, save: Save, axis: str) -> None:
     """|gap| (seed CI) and the best certified bound against `axis`, a line per other value."""
     other = "m" if axis == "n" else "n"
     groups = _groups(summary)
-    fig, axes = _grid(len(groups))
+    fig, axes = panels(len(groups))
     for ax, (key, group) in zip(axes, groups, strict=False):
         for i, (value, line) in enumerate(group.sort(axis).group_by([other], maintain_order=True)):
             colour = f"C{i}"
@@ -108,7 +100,7 @@ def plot_mi(summary: pl.DataFrame, path: Path, save: Save) -> None:
     """MI estimate and its lower confidence bound against m at the largest n, with log(1 + m)
     and the ceiling log N - psi_lo."""
     groups = _groups(summary)
-    fig, axes = _grid(len(groups))
+    fig, axes = panels(len(groups))
     for ax, (key, group) in zip(axes, groups, strict=False):
         top = group.filter(pl.col("n") == group["n"].max()).sort("m")
         m = _column(top, "m")
@@ -124,7 +116,7 @@ def plot_mi(summary: pl.DataFrame, path: Path, save: Save) -> None:
 
 def plot_downstream(summary: pl.DataFrame, path: Path, save: Save) -> None:
     """Dense probe accuracy and correspondence retrieval against m at the largest n."""
-    fig, axes = _grid(2)
+    fig, axes = panels(2)
     for ax, metric in zip(axes, ("dense_probe_accuracy", "correspondence_top1"), strict=True):
         for i, (key, group) in enumerate(_groups(summary)):
             top = group.filter(pl.col("n") == group["n"].max()).sort("m")

@@ -1,0 +1,19 @@
+"""Figure layout shared by the report's sections."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def panels(count: int) -> tuple[plt.Figure, list]:
+    """A figure of `count` panels, at most 4 a row; the axes flattened, spare ones hidden."""
+    cols = min(4, count)
+    rows = (count + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat
