@@ -49,10 +49,10 @@ def write_config(folder: Path, tree: dict, name: str = "c.yaml") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("tiny")
-    path = write_config(folder, TINY)
+def run_twice(folder: Path, tree: dict) -> dict:
+    """`crl run` of `tree` in folder, then the same run again (a resume): the config, the run
+    folder, both processes and the tables' bytes after the first."""
+    path = write_config(folder, tree)
     first = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
     assert first.returncode == 0, first.stderr[-3000:]
     cfg = config.load(path)
@@ -61,6 +61,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     second = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
     assert second.returncode == 0, second.stderr[-3000:]
     return {"config": cfg, "dir": run_dir, "first": first, "second": second, "before": before}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_twice(tmp_path_factory.mktemp("tiny"), TINY)
 
 
 def test_every_cell_present_once(tiny_run: dict) -> None:

@@ -10,11 +10,9 @@ import polars as pl
 import pytest
 import torch
 
-from crl.core import config
 from crl.steps.dense_cell import DenseKey, dense_keys, draw_train
 from crl.steps.dense_features import load_dense_features
-from tests.conftest import crl
-from tests.orchestration.test_bound_grid import write_config
+from tests.orchestration.test_bound_grid import run_twice
 from tests.steps.helpers import naive_dense_loss
 
 pytestmark = pytest.mark.slow
@@ -52,24 +50,8 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def dense_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    folder = tmp_path_factory.mktemp("dense")
-    path = write_config(folder, TINY)
-    first = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
-    assert first.returncode == 0, first.stderr[-3000:]
-    cfg = config.load(path)
-    run_dir = folder / "runs" / cfg.run_id()
-    before = {p.name: p.read_bytes() for p in (run_dir / "tables").glob("*.parquet")}
-    second = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
-    assert second.returncode == 0, second.stderr[-3000:]
-    cells = pl.read_parquet(run_dir / "tables" / "cells.parquet")
-    return {
-        "config": cfg,
-        "dir": run_dir,
-        "first": first,
-        "second": second,
-        "before": before,
-        "cells": cells,
-    }
+    run = run_twice(tmp_path_factory.mktemp("dense"), TINY)
+    return run | {"cells": pl.read_parquet(run["dir"] / "tables" / "cells.parquet")}
 
 
 def test_dense_and_unimodal_cells_share_the_tables(dense_run: dict) -> None:
