@@ -300,17 +300,22 @@ def write_shard(spec: ShardSpec, job: ShardJob) -> str:
     return str(path)
 
 
-def list_column(x: np.ndarray) -> pa.Array:
-    """An (N, p) array as a fixed-size-list column of N rows."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+def list_column(x: np.ndarray, dtype: type = np.float32) -> pa.Array:
+    """An (N, p) array (N rows, any trailing shape flattened) as a fixed-size-list column of N
+    rows of `dtype`."""
+    x = np.ascontiguousarray(x, dtype=dtype)
+    x = x.reshape(len(x), -1) if x.ndim > 2 else x
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
 
 
-def list_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A fixed-size-list column (N rows of p floats) as an (N, p) float32 array."""
+def list_to_numpy(
+    column: pa.ChunkedArray | pa.Array, dtype: type | None = np.float32
+) -> np.ndarray:
+    """A fixed-size-list column (N rows of p values) as an (N, p) array of `dtype` (None: the
+    column's own)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     width = array.type.list_size
-    return np.asarray(array.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
+    return np.asarray(array.flatten().to_numpy(zero_copy_only=False), dtype=dtype).reshape(
         -1, width
     )
 

@@ -26,6 +26,7 @@ from crl.core.dense_config import BackboneConfig, DenseConfig
 from crl.kernels.crops import box_correspondence
 from crl.kernels.encoders import RandomConv
 from crl.steps.atomic import write_parquet_atomic
+from crl.steps.data import list_column, list_to_numpy
 
 
 class _FeatureMap(nn.Module):
@@ -81,16 +82,6 @@ def cell_labels(labels: torch.Tensor, grid: int) -> torch.Tensor:
     return torch.where(best > 0, cls, torch.full_like(cls, -1))
 
 
-def _matrix(column: pa.ChunkedArray) -> np.ndarray:
-    array = column.combine_chunks()
-    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
-
-
-def _list(x: np.ndarray, dtype: type) -> pa.Array:
-    x = np.ascontiguousarray(x, dtype=dtype)
-    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
-
-
 class DenseEmbedder:
     """Embeds image shards: `embedder(shard)` writes the shard's position features."""
 
@@ -108,7 +99,7 @@ class DenseEmbedder:
         s = self.dense.views.size
         out = []
         for start in range(0, pixels.shape[0], self.dense.backbone.batch_rows):
-            batch = torch.from_numpy(pixels[start : start + self.dense.backbone.batch_rows])
+            batch = torch.tensor(pixels[start : start + self.dense.backbone.batch_rows])
             x = batch.to(self.device).float().div_(255.0).reshape(-1, self.channels, s, s)
             out.append(self.backbone(x).float().cpu().flatten(1))
         return torch.cat(out).numpy()
@@ -118,20 +109,22 @@ class DenseEmbedder:
         grid, s = self.dense.backbone.grid, self.dense.views.size
         labels = [
             cell_labels(
-                torch.from_numpy(_matrix(table.column(c)).astype(np.int64)).view(-1, s, s), grid
+                torch.from_numpy(list_to_numpy(table.column(c), np.int64)).view(-1, s, s), grid
             )
             for c in ("labels1", "labels2")
         ]
-        box1, box2 = (torch.tensor(_matrix(table.column(c))) for c in ("box1", "box2"))
+        box1, box2 = (
+            torch.tensor(list_to_numpy(table.column(c), np.float64)) for c in ("box1", "box2")
+        )
         flip1, flip2 = (torch.tensor(table.column(c).to_numpy()) for c in ("flip1", "flip2"))
         match = box_correspondence(box1, box2, flip1, flip2, (grid, grid), (grid, grid)).numpy()
         columns = {
             "id": table.column("id"),
-            "f1": _list(self._features(_matrix(table.column("view1"))), np.float32),
-            "f2": _list(self._features(_matrix(table.column("view2"))), np.float32),
-            "match": _list(match, np.int16),
-            "labels1": _list(labels[0].numpy(), np.int16),
-            "labels2": _list(labels[1].numpy(), np.int16),
+            "f1": list_column(self._features(list_to_numpy(table.column("view1"), None))),
+            "f2": list_column(self._features(list_to_numpy(table.column("view2"), None))),
+            "match": list_column(match, np.int16),
+            "labels1": list_column(labels[0].numpy(), np.int16),
+            "labels2": list_column(labels[1].numpy(), np.int16),
         }
         target = self.features_dir / shard.relative_to(self.data_dir)
         write_parquet_atomic(pa.table(columns), target, self.staging)

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from crl.steps.data import list_to_numpy
+
 SPLITS = ("train", "test", "pool")
 
 
@@ -53,11 +55,6 @@ class DenseFeatures:
     p: int
 
 
-def _matrix(column: pa.ChunkedArray) -> np.ndarray:
-    array = column.combine_chunks()
-    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
-
-
 def _read(root: Path, split: str) -> pa.Table:
     files = sorted((root / f"split={split}").glob("part-*.parquet"))
     if not files:
@@ -79,10 +76,7 @@ def load_dense_features(
     """Every split, normalised into the unit ball (D1), with both correspondences."""
     tables = {s: _read(features_dir, s) for s in SPLITS}
     raw = {
-        s: [
-            _matrix(t.column(c)).astype(np.float32).reshape(len(t), positions, -1)
-            for c in ("f1", "f2")
-        ]
+        s: [list_to_numpy(t.column(c)).reshape(len(t), positions, -1) for c in ("f1", "f2")]
         for s, t in tables.items()
     }
     p = raw["train"][0].shape[2]
@@ -108,9 +102,9 @@ def load_dense_features(
         return DenseSplit(
             np.ascontiguousarray(f1),
             np.ascontiguousarray(f2),
-            _matrix(t.column("match")).astype(np.int64),
+            list_to_numpy(t.column("match"), np.int64),
             argmax_match(f1, f2),
-            _matrix(t.column("labels1")).astype(np.int64),
+            list_to_numpy(t.column("labels1"), np.int64),
         )
 
     return DenseFeatures(split("train"), split("test"), split("pool"), positions, p)

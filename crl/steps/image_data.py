@@ -27,7 +27,7 @@ from crl.core.errors import ConfigError
 from crl.kernels import crops, images
 from crl.kernels.seeding import generator
 from crl.steps.atomic import write_parquet_atomic
-from crl.steps.data import DIGITS_ROWS
+from crl.steps.data import DIGITS_ROWS, list_column
 
 SPLITS = ("train", "test", "pool")
 GENERATE_CHUNK = 256  # procedural images drawn at once (bounds a shard's memory)
@@ -183,18 +183,7 @@ def source_images(
 
 def _bytes(x: torch.Tensor) -> pa.Array:
     """(N, ...) values in [0, 1] -> N rows of uint8 (round(255 x))."""
-    flat = (x.reshape(x.shape[0], -1) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
-
-
-def _ints(x: torch.Tensor) -> pa.Array:
-    flat = x.reshape(x.shape[0], -1).to(torch.int16).numpy()
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
-
-
-def _floats(x: torch.Tensor) -> pa.Array:
-    flat = x.to(torch.float64).numpy()
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+    return list_column((x * 255.0).round().clamp(0, 255).numpy(), np.uint8)
 
 
 def make_image_shard(dense: DenseConfig, seed: int, spec: ImageShard) -> pa.Table:
@@ -210,10 +199,10 @@ def make_image_shard(dense: DenseConfig, seed: int, spec: ImageShard) -> pa.Tabl
             "id": np.arange(spec.start, spec.start + spec.rows, dtype=np.int64),
             "view1": _bytes(first.images),
             "view2": _bytes(second.images),
-            "labels1": _ints(first.labels),
-            "labels2": _ints(second.labels),
-            "box1": _floats(first.boxes),
-            "box2": _floats(second.boxes),
+            "labels1": list_column(first.labels.numpy(), np.int16),
+            "labels2": list_column(second.labels.numpy(), np.int16),
+            "box1": list_column(first.boxes.numpy(), np.float64),
+            "box2": list_column(second.boxes.numpy(), np.float64),
             "flip1": pa.array(first.flips.numpy()),
             "flip2": pa.array(second.flips.numpy()),
         }
