@@ -2,18 +2,32 @@
 
 f(x) = W phi(x) with ||W||_F <= R and ||phi(x)|| <= 1, hence ||f(x)|| <= ||W||_op <= R for every x.
 A pure function of (tables, sample, hyper-parameters, generator): no I/O, no global RNG.
+
+The fits take the training sample as `blocks`: a sequence of (views, sample) pairs over
+consecutive anchors, each small enough to hold in memory. A list of one pair is a sample held
+whole; a sequence that makes block b on access streams a sample larger than memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from crl.kernels import losses
-from crl.kernels.solver import Solution, SolverSpec, apg, autograd, project_ball
+from crl.kernels.solver import (
+    Solution,
+    SolverSpec,
+    Value,
+    ValueAndGrad,
+    apg,
+    autograd,
+    project_ball,
+)
 
 __all__ = [
+    "Blocks",
     "FitSpec",
     "Sample",
     "Views",
@@ -55,6 +69,9 @@ class Sample:
     @property
     def shared(self) -> bool:
         return self.negatives.dim() == 1
+
+
+Blocks = Sequence[tuple[Views, Sample]]
 
 
 def same_class_partner(
@@ -126,21 +143,28 @@ class FitSpec:
 
 
 def fit(
-    views: Views,
-    sample: Sample,
+    blocks: Blocks,
     spec: FitSpec,
     loss: str,
     temperature: float,
     gen: torch.Generator,
 ) -> torch.Tensor:
-    """Projected Adam steps on minibatches of the training sample. Returns W (d, p)."""
+    """Projected Adam steps on minibatches of the training sample. Returns W (d, p).
+
+    Each minibatch draws `batch` rows with replacement from one block; a sample of several
+    blocks spends ceil(rows / batch) steps on a block, then moves to the next (cyclically).
+    """
+    views = blocks[0][0]
     p = views.anchor.shape[1]
     init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=views.anchor.dtype)
     weight = project(init, spec.radius)
     weight.requires_grad_(True)
     optimizer = torch.optim.Adam([weight], lr=spec.lr)
-    n = sample.anchors.shape[0]
+    block, left = 0, 0
     for _ in range(spec.steps):
+        views, sample = blocks[block]
+        n = sample.anchors.shape[0]
+        left = left or -(-n // spec.batch)
         rows = torch.randint(0, n, (min(spec.batch, n),), generator=gen)
         fa = views.anchor[sample.anchors[rows]] @ weight.T  # (b, d)
         fp = views.positive[sample.positives[rows]] @ weight.T  # (b, d)
@@ -152,12 +176,23 @@ def fit(
         optimizer.step()
         with torch.no_grad():
             weight.copy_(project(weight, spec.radius))
+        left -= 1
+        if left == 0:
+            block = (block + 1) % len(blocks)
     return weight.detach()
 
 
+def _block_rows(views: Views, sample: Sample) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A block's tuples in float64: anchors, positives (c, p); negatives (m, p) or (c, m, p)."""
+    return (
+        views.anchor[sample.anchors].double(),
+        views.positive[sample.positives].double(),
+        views.negative[sample.negatives].double(),
+    )
+
+
 def fit_to_tolerance(
-    views: Views,
-    sample: Sample,
+    blocks: Blocks,
     spec: FitSpec,
     loss: str,
     temperature: float,
@@ -168,20 +203,26 @@ def fit_to_tolerance(
     norm is below `solver.tol` (crl.kernels.solver): the training budget does not depend on n.
 
     f(x)^T f(y) is not convex in W and W = 0 is a stationary point, so the start is the same
-    seeded random W as `fit`'s; the result is a constrained stationary point. Returns W (d, p).
+    seeded random W as `fit`'s; the result is a constrained stationary point. A sample of one
+    block is held in float64 throughout; a sample of several blocks is made again block by
+    block at every evaluation (memory of one block, time of a pass over the sample).
+    Returns W (d, p).
     """
+    views = blocks[0][0]
     p = views.anchor.shape[1]
     init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=torch.float64)
-    fa_rows = views.anchor[sample.anchors].double()  # (n, p)
-    fp_rows = views.positive[sample.positives].double()  # (n, p)
-    fn_rows = views.negative[sample.negatives].double()  # (m, p) shared or (n, m, p) own
+    shared = blocks[0][1].shared
 
-    def mean_loss(flat: torch.Tensor) -> torch.Tensor:
+    def block_terms(flat: torch.Tensor, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         weight = flat.reshape(spec.d, p)
-        fa, fp, fn = fa_rows @ weight.T, fp_rows @ weight.T, fn_rows @ weight.T
-        return objective(fa, fp, fn, sample.shared, loss, temperature).mean()
+        fa, fp, fn = (table @ weight.T for table in rows)
+        return objective(fa, fp, fn, shared, loss, temperature)  # (c,)
 
-    value, value_and_grad = autograd(mean_loss)
+    if len(blocks) == 1:
+        rows = _block_rows(*blocks[0])
+        value, value_and_grad = autograd(lambda flat: block_terms(flat, rows).mean())
+    else:
+        value, value_and_grad = _streamed(blocks, block_terms)
     solution = apg(
         value,
         value_and_grad,
@@ -191,6 +232,28 @@ def fit_to_tolerance(
     )
     weight = solution.params.reshape(spec.d, p).to(views.anchor.dtype)
     return weight, solution
+
+
+def _streamed(
+    blocks: Blocks, block_terms: Callable[[torch.Tensor, tuple], torch.Tensor]
+) -> tuple[Value, ValueAndGrad]:
+    """The mean loss over every block and its gradient, one block in memory at a time."""
+    n = sum(int(sample.anchors.shape[0]) for _, sample in blocks)
+
+    def value(flat: torch.Tensor) -> float:
+        with torch.no_grad():
+            return sum(float(block_terms(flat, _block_rows(*block)).sum()) for block in blocks) / n
+
+    def value_and_grad(flat: torch.Tensor) -> tuple[float, torch.Tensor]:
+        total, grad = 0.0, torch.zeros_like(flat)
+        for block in blocks:
+            point = flat.detach().requires_grad_(True)
+            out = block_terms(point, _block_rows(*block)).sum()
+            (part,) = torch.autograd.grad(out, point)
+            total, grad = total + float(out.detach()), grad + part
+        return total / n, grad / n
+
+    return value, value_and_grad
 
 
 @torch.no_grad()

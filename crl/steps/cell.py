@@ -64,31 +64,56 @@ def _kept(grid: GridConfig, regime: str, m: int, n: int) -> bool:
     )
 
 
-def _rademacher(
-    views: learner.Views,
-    sample: learner.Sample,
-    d: int,
+@dataclass(frozen=True)
+class SamplePass:
+    """What one pass over the training sample gives: every anchor's loss (n,) float64, R_S(F)
+    and the bound statistics, with the seconds spent on those statistics."""
+
+    terms: torch.Tensor
+    rademacher: rademacher.SignEstimate
+    stats: certified.SampleStats
+    stats_seconds: float
+
+
+def _sample_pass(
+    draw: sampling.TrainDraw,
+    weight: torch.Tensor,
+    loss: str,
+    temperature: float,
     radius: float,
     draws: int,
     seed: int,
     chunk: int = 65536,
-) -> rademacher.SignEstimate:
-    """R_S(F) over every point of the training tuples: anchors, positives, then negatives.
+) -> SamplePass:
+    """One pass over the blocks of the training sample, each block made once.
 
-    Shared negatives count once per anchor (2n + nm rows, independent signs for every copy):
-    the quantity the contraction argument of the sscrl outer bound needs (BOUNDS.md Thm 4.1).
+    R_S(F) is over every point of the training tuples: block by block, its anchors, positives,
+    then negatives. Shared negatives count once per anchor (2n + nm rows, independent signs for
+    every copy): the quantity the contraction argument of the sscrl outer bound needs
+    (BOUNDS.md Thm 4.1).
     """
-    acc = rademacher.LinearAccumulator(d=d, p=views.anchor.shape[1], draws=draws, seed=seed)
-    n = sample.anchors.shape[0]
-    negatives = sample.negatives.repeat(n) if sample.shared else sample.negatives.reshape(-1)
-    for table, index in (
-        (views.anchor, sample.anchors),
-        (views.positive, sample.positives),
-        (views.negative, negatives),
-    ):
-        for start in range(0, index.shape[0], chunk):
-            acc.update(table[index[start : start + chunk]])
-    return acc.finish(radius)
+    d, p = weight.shape
+    acc = rademacher.LinearAccumulator(d=d, p=p, draws=draws, seed=seed)
+    stats = certify.statistics_accumulator(draw, draw.m)
+    terms, stats_seconds = [], 0.0
+    for views, sample in draw:
+        terms.append(learner.per_anchor_loss(weight, views, sample, loss, temperature))
+        started = time.perf_counter()
+        certify.feed_statistics(stats, views, sample, chunk)
+        stats_seconds += time.perf_counter() - started
+        n = sample.anchors.shape[0]
+        negatives = sample.negatives.repeat(n) if sample.shared else sample.negatives.reshape(-1)
+        for table, index in (
+            (views.anchor, sample.anchors),
+            (views.positive, sample.positives),
+            (views.negative, negatives),
+        ):
+            for start in range(0, index.shape[0], chunk):
+                acc.update(table[index[start : start + chunk]])
+    started = time.perf_counter()
+    sample_stats = stats.finish()
+    stats_seconds += time.perf_counter() - started
+    return SamplePass(torch.cat(terms), acc.finish(radius), sample_stats, stats_seconds)
 
 
 def population(
@@ -111,13 +136,13 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     ev, model = config.eval, config.model
     gen = generator(config.seed, cell_id, "cell")
     source = population(config, features)
-    draw = source.train(key.n, key.m, key.regime == "sscrl", gen)
+    draw = source.train(key.n, key.m, key.regime == "sscrl", gen, sampling.BLOCK_ELEMENTS)
     spec = learner.FitSpec(model.d, model.R, model.steps, model.batch, model.lr)
     fitted = {"solver_iterations": model.steps, "solver_criterion": None, "solver_converged": None}
     if model.solver == "apg":
         solver = SolverSpec(model.tol, model.max_iter)
         weight, solution = learner.fit_to_tolerance(
-            draw.views, draw.sample, spec, key.loss, ev.temperature, gen, solver
+            draw, spec, key.loss, ev.temperature, gen, solver
         )
         fitted = {
             "solver_iterations": solution.iterations,
@@ -125,9 +150,12 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
             "solver_converged": solution.converged,
         }
     else:
-        weight = learner.fit(draw.views, draw.sample, spec, key.loss, ev.temperature, gen)
-    train_terms = learner.per_anchor_loss(weight, draw.views, draw.sample, key.loss, ev.temperature)
-    train_loss = float(train_terms.mean())
+        weight = learner.fit(draw, spec, key.loss, ev.temperature, gen)
+    rad_seed = derive_seed(config.seed, cell_id, "rademacher")
+    seen = _sample_pass(
+        draw, weight, key.loss, ev.temperature, model.R, ev.rademacher_draws, rad_seed
+    )
+    train_loss = float(seen.terms.mean())
 
     # Held-out: fresh anchors. LSE's population risk has the expectation over negatives inside
     # the log, so it is estimated against a large shared pool of negatives; the other losses
@@ -158,15 +186,8 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         weight, draw, held, key, ev.temperature, train_loss, test_loss
     )
 
-    rad = _rademacher(
-        draw.views,
-        draw.sample,
-        model.d,
-        model.R,
-        ev.rademacher_draws,
-        derive_seed(config.seed, cell_id, "rademacher"),
-    )
-    n_rows = draw.sample.anchors.numel() * (2 + key.m)
+    rad = seen.rademacher
+    n_rows = draw.n * (2 + key.m)
     row = {
         "cell_id": cell_id,
         "family": "unimodal",
@@ -176,7 +197,8 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "n": key.n,
         "seed": key.seed,
         "d": model.d,
-        "p": int(draw.views.anchor.shape[1]),
+        "p": int(draw[0][0].anchor.shape[1]),
+        "sample_blocks": len(draw),
         "R": model.R,
         "temperature": ev.temperature,
         "delta": ev.delta,
@@ -198,6 +220,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row.update(
         certify.bound_columns(
             draw,
+            seen.stats,
             key.regime,
             key.loss,
             key.m,
@@ -209,7 +232,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
             shared["gap_outer"],
         )
     )
-    row["bounds_seconds"] = time.perf_counter() - bounds_started
+    row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)
@@ -224,7 +247,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
 
 def _against_shared_negatives(
     weight: torch.Tensor,
-    draw: sampling.Draw,
+    draw: sampling.TrainDraw,
     held: sampling.HeldOut,
     key: CellKey,
     temperature: float,
@@ -234,10 +257,11 @@ def _against_shared_negatives(
     """sscrl: the held-out anchors against the SAME shared training negatives (an estimate of
     the conditional risk L_Y), so the outer and inner parts of the gap appear separately:
     gap = gap_outer + gap_inner."""
-    if not draw.sample.shared:
+    if not draw.shared:
         return {"test_loss_shared": None, "gap_outer": None, "gap_inner": None}
-    views = dataclasses.replace(held.views, negative=draw.views.negative)
-    sample = learner.Sample(held.sample.anchors, held.sample.positives, draw.sample.negatives)
+    train_views, train_sample = draw[0]  # every block holds the same shared negatives
+    views = dataclasses.replace(held.views, negative=train_views.negative)
+    sample = learner.Sample(held.sample.anchors, held.sample.positives, train_sample.negatives)
     loss_y = float(learner.per_anchor_loss(weight, views, sample, key.loss, temperature).mean())
     return {
         "test_loss_shared": loss_y,

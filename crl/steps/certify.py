@@ -19,23 +19,38 @@ import math
 import torch
 
 from crl.kernels import certified, learner, stats
-from crl.steps.sampling import Draw
+from crl.steps.sampling import TrainDraw
 
 HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (BOUNDS.md Prop. 4.4)"
 NOT_SSCRL = "not sscrl: the negatives are independent per anchor"
 
 
-def sample_statistics(draw: Draw, m: int, chunk: int = 65536) -> certified.SampleStats:
-    """S_pairs, S_neg, v_A, v_0, v_N of the cell's training sample, streamed in chunks."""
-    views, sample = draw.views, draw.sample
-    shared = sample.shared
-    negatives = views.negative[sample.negatives] if shared else None  # (m, p)
-    acc = certified.StatsAccumulator(views.anchor.shape[1], m, negatives)
-    rows = max(1, chunk // m)
+def statistics_accumulator(draw: TrainDraw, m: int) -> certified.StatsAccumulator:
+    """An empty accumulator of the sample's statistics (holding the shared negatives, if any)."""
+    views, sample = draw[0]
+    negatives = views.negative[sample.negatives] if draw.shared else None  # (m, p)
+    return certified.StatsAccumulator(views.anchor.shape[1], m, negatives)
+
+
+def feed_statistics(
+    acc: certified.StatsAccumulator,
+    views: learner.Views,
+    sample: learner.Sample,
+    chunk: int = 65536,
+) -> None:
+    """One block's tuples into `acc`, in chunks of about `chunk` rows."""
+    rows = max(1, chunk // acc.m)
     for start in range(0, sample.anchors.shape[0], rows):
         part = slice(start, start + rows)
-        own = None if shared else views.negative[sample.negatives[part]]  # (b, m, p)
+        own = None if sample.shared else views.negative[sample.negatives[part]]  # (b, m, p)
         acc.update(views.anchor[sample.anchors[part]], views.positive[sample.positives[part]], own)
+
+
+def sample_statistics(draw: TrainDraw, m: int, chunk: int = 65536) -> certified.SampleStats:
+    """S_pairs, S_neg, v_A, v_0, v_N of the cell's training sample, streamed block by block."""
+    acc = statistics_accumulator(draw, m)
+    for views, sample in draw:
+        feed_statistics(acc, views, sample, chunk)
     return acc.finish()
 
 
@@ -47,7 +62,8 @@ def within(gap: float | None, low: float, high: float) -> bool | None:
 
 
 def bound_columns(
-    draw: Draw,
+    draw: TrainDraw,
+    stats: certified.SampleStats,
     regime: str,
     loss: str,
     m: int,
@@ -58,8 +74,8 @@ def bound_columns(
     gap: float,
     gap_outer: float | None,
 ) -> dict:
-    """Every bound column of the cell, its terms, ingredients and holds flags."""
-    stats = sample_statistics(draw, m)
+    """Every bound column of the cell, its terms, ingredients and holds flags; `stats` are the
+    sample's (`sample_statistics`)."""
     consts = certified.loss_constants(loss, m, R, temperature)
     shared = regime == "sscrl"
     level = delta / 2 if shared else delta  # Cor. 4.3 splits delta between outer and inner

@@ -12,11 +12,18 @@ the data law (sscrl: one shared set of negatives, independent of the pairs). Two
   sampling is `distinct_from_split` (certified); otherwise points are reused (negatives with
   replacement, same-class positives from the whole split), sampling `split_with_reuse`, and the
   cell's bounds are not certified. The held-out loss uses the test split.
+
+A training sample arrives as a `TrainDraw`: blocks of consecutive anchors, each a (views,
+sample) pair whose tuples hold at most BLOCK_ELEMENTS feature values, so a cell of any n streams
+through memory one block at a time. A sample that fits one block is drawn exactly as a whole
+(by the cell's generator); a larger model sample draws block b from its own generator, seeded by
+the cell's generator, and makes the block again, bit for bit, whenever it is needed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,19 +36,67 @@ FRESH = "fresh_from_model"
 DISTINCT = "distinct_from_split"
 REUSE = "split_with_reuse"
 CERTIFIED = {FRESH: True, DISTINCT: True, REUSE: False}
+BLOCK_ELEMENTS = 2**23  # feature values of one block's tuples: 32 MiB in float32
+
+Block = tuple[learner.Views, learner.Sample]
 
 
-@dataclass(frozen=True)
-class Draw:
-    """A sample and the tables its indices point into, with how it was drawn."""
+def block_anchors(m: int, shared: bool, p: int, block_elements: int) -> int:
+    """Anchors per block: each brings an anchor, a positive and (own negatives) m negatives of
+    p values; shared negatives are one table for every block and do not count."""
+    per_anchor = (2 if shared else 2 + m) * p
+    return max(1, block_elements // per_anchor)
 
-    views: learner.Views
-    sample: learner.Sample
-    sampling: str
+
+class TrainDraw:
+    """A cell's training sample as blocks of consecutive anchors, with how it was drawn.
+
+    `draw[b]` is block b, a (views, sample) pair indexing its own tables; iteration yields the
+    blocks in order. The last block accessed is kept; another one is made again by `make`, so
+    at most one block is in memory (two while the next one is made). Shared negatives are the
+    same table in every block.
+    """
+
+    def __init__(
+        self, sampling: str, sizes: list[int], m: int, shared: bool, make: Callable[[int], Block]
+    ) -> None:
+        self.sampling, self.sizes, self.m, self.shared = sampling, sizes, m, shared
+        self._make = make
+        self._kept: tuple[int, Block] | None = None
+
+    @classmethod
+    def whole(cls, views: learner.Views, sample: learner.Sample, sampling: str) -> TrainDraw:
+        """A sample held as one block."""
+        m = sample.negatives.shape[-1]
+        return cls(
+            sampling, [int(sample.anchors.shape[0])], m, sample.shared, lambda _: (views, sample)
+        )
 
     @property
     def certified(self) -> bool:
         return CERTIFIED[self.sampling]
+
+    @property
+    def n(self) -> int:
+        return sum(self.sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, b: int) -> Block:
+        if not 0 <= b < len(self.sizes):
+            raise IndexError(f"block {b}: the draw has {len(self.sizes)} blocks")
+        if self._kept is None or self._kept[0] != b:
+            self._kept = None  # release the kept block before making the next one
+            self._kept = (b, self._make(b))
+        return self._kept[1]
+
+    def __iter__(self) -> Iterator[Block]:
+        return (self[b] for b in range(len(self.sizes)))
+
+
+def _sizes(n: int, per_block: int) -> list[int]:
+    return [min(per_block, n - start) for start in range(0, n, per_block)]
 
 
 @dataclass(frozen=True)
@@ -79,23 +134,51 @@ class ModelPopulation:
         x = self.model.sample_inputs(classes.reshape(-1), gen).to(torch.float32)  # (k, D)
         return self.normalizer(self.encoder(x))  # (k, p)
 
-    def _tuples(self, n: int, m: int, shared: bool, gen: torch.Generator) -> Draw:
+    def _tuples(
+        self,
+        n: int,
+        m: int,
+        shared: bool,
+        gen: torch.Generator,
+        negative: torch.Tensor | None = None,
+    ) -> Block:
+        """n fresh tuples; `negative` (m, p) is a shared table drawn before, if any."""
         classes = self.model.sample_classes(n, gen)  # (n,)
         anchor = self._points(classes, gen)
         positive = self._points(classes, gen)
-        negative = self._points(self.model.sample_classes(m if shared else n * m, gen), gen)
-        views = _tables(anchor, positive, negative, classes)
-        return Draw(views, _identity(n, m, shared), FRESH)
+        if negative is None:
+            negative = self._points(self.model.sample_classes(m if shared else n * m, gen), gen)
+        return _tables(anchor, positive, negative, classes), _identity(n, m, shared)
 
-    def train(self, n: int, m: int, shared: bool, gen: torch.Generator) -> Draw:
-        return self._tuples(n, m, shared, gen)
+    def train(
+        self,
+        n: int,
+        m: int,
+        shared: bool,
+        gen: torch.Generator,
+        block_elements: int = BLOCK_ELEMENTS,
+    ) -> TrainDraw:
+        """n fresh training tuples: one block drawn by `gen`, or (above block_elements) shared
+        negatives drawn by `gen`, then block b by a generator seeded from `gen`."""
+        per_block = block_anchors(m, shared, self.normalizer.mean.shape[0], block_elements)
+        if n <= per_block:
+            return TrainDraw.whole(*self._tuples(n, m, shared, gen), FRESH)
+        sizes = _sizes(n, per_block)
+        negative = self._points(self.model.sample_classes(m, gen), gen) if shared else None
+        seeds = torch.randint(0, 2**62, (len(sizes),), generator=gen).tolist()
+
+        def make(b: int) -> Block:
+            block_gen = torch.Generator().manual_seed(seeds[b])
+            return self._tuples(sizes[b], m, shared, block_gen, negative)
+
+        return TrainDraw(FRESH, sizes, m, shared, make)
 
     def held_out(self, n: int, m: int, pool: int, gen: torch.Generator) -> HeldOut:
-        draw = self._tuples(n, m, False, gen)
+        views, sample = self._tuples(n, m, False, gen)
         pool_points = self._points(self.model.sample_classes(pool, gen), gen)
-        pool_views = dataclasses.replace(draw.views, negative=pool_points)
-        pool_sample = learner.Sample(draw.sample.anchors, draw.sample.positives, torch.arange(pool))
-        return HeldOut(draw.views, draw.sample, pool_views, pool_sample)
+        pool_views = dataclasses.replace(views, negative=pool_points)
+        pool_sample = learner.Sample(sample.anchors, sample.positives, torch.arange(pool))
+        return HeldOut(views, sample, pool_views, pool_sample)
 
 
 def _distinct(
@@ -132,11 +215,31 @@ class SplitPopulation:
     def __init__(self, train: SplitArrays, test: SplitArrays) -> None:
         self.train_views, self.test_views = train.views(), test.views()
 
-    def train(self, n: int, m: int, shared: bool, gen: torch.Generator) -> Draw:
-        sample = _distinct(self.train_views, n, m, shared, gen)
-        if sample is not None:
-            return Draw(self.train_views, sample, DISTINCT)
-        return Draw(self.train_views, learner.draw(self.train_views, n, m, shared, gen), REUSE)
+    def train(
+        self,
+        n: int,
+        m: int,
+        shared: bool,
+        gen: torch.Generator,
+        block_elements: int = BLOCK_ELEMENTS,
+    ) -> TrainDraw:
+        """The sample's indices, in blocks of consecutive anchors over the split's tables."""
+        views = self.train_views
+        sample = _distinct(views, n, m, shared, gen)
+        how = DISTINCT
+        if sample is None:
+            sample, how = learner.draw(views, n, m, shared, gen), REUSE
+        per_block = block_anchors(m, shared, views.anchor.shape[1], block_elements)
+        if n <= per_block:
+            return TrainDraw.whole(views, sample, how)
+        sizes = _sizes(n, per_block)
+
+        def make(b: int) -> Block:
+            rows = slice(b * per_block, b * per_block + sizes[b])
+            own = sample.negatives if shared else sample.negatives[rows]
+            return views, learner.Sample(sample.anchors[rows], sample.positives[rows], own)
+
+        return TrainDraw(how, sizes, m, shared, make)
 
     def held_out(self, n: int, m: int, pool: int, gen: torch.Generator) -> HeldOut:
         views = self.test_views

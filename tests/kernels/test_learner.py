@@ -137,18 +137,18 @@ def test_fit_stays_in_the_ball_and_is_deterministic(loss: str, shared: bool) -> 
     views = _views()
     sample = draw(views, 20, 3, shared, _gen(1))
     spec = FitSpec(d=3, radius=0.7, steps=15, batch=8, lr=0.5)  # a large lr pushes to the edge
-    first = fit(views, sample, spec, loss, 0.5, _gen(2))
-    second = fit(views, sample, spec, loss, 0.5, _gen(2))
+    first = fit([(views, sample)], spec, loss, 0.5, _gen(2))
+    second = fit([(views, sample)], spec, loss, 0.5, _gen(2))
     assert first.shape == (3, 5) and not first.requires_grad
     assert torch.equal(first, second)
     assert torch.linalg.matrix_norm(first).item() <= 0.7 * (1 + 1e-6)
-    assert not torch.equal(first, fit(views, sample, spec, loss, 0.5, _gen(3)))
+    assert not torch.equal(first, fit([(views, sample)], spec, loss, 0.5, _gen(3)))
 
 
 def test_fit_with_no_steps_returns_the_projected_start() -> None:
     views = _views()
     sample = draw(views, 10, 2, False, _gen())
-    weight = fit(views, sample, FitSpec(2, 1e-3, 0, 4, 0.1), "hinge", 0.5, _gen(4))
+    weight = fit([(views, sample)], FitSpec(2, 1e-3, 0, 4, 0.1), "hinge", 0.5, _gen(4))
     init = 0.1 * torch.randn(2, 5, generator=_gen(4))
     assert torch.allclose(weight, project(init, 1e-3))
 
@@ -157,8 +157,8 @@ def test_fit_with_no_steps_returns_the_projected_start() -> None:
 def test_fit_lowers_the_training_loss_on_an_easy_task(loss: str) -> None:
     views = _easy_views()
     sample = draw(views, 30, 1, False, _gen(0))
-    start = fit(views, sample, FitSpec(2, 2.0, 0, 16, 0.1), loss, 0.5, _gen(1))
-    trained = fit(views, sample, FitSpec(2, 2.0, 60, 16, 0.1), loss, 0.5, _gen(1))
+    start = fit([(views, sample)], FitSpec(2, 2.0, 0, 16, 0.1), loss, 0.5, _gen(1))
+    trained = fit([(views, sample)], FitSpec(2, 2.0, 60, 16, 0.1), loss, 0.5, _gen(1))
     before = per_anchor_loss(start, views, sample, loss, 0.5).mean().item()
     after = per_anchor_loss(trained, views, sample, loss, 0.5).mean().item()
     assert after < before - 0.2, (before, after)
@@ -173,15 +173,68 @@ def test_fit_to_tolerance_reaches_a_stationary_point_below_adam(loss: str, share
     sample = draw(views, 30, 4, shared, _gen(0))
     spec = FitSpec(2, 2.0, 60, 30, 0.1)
     weight, solution = fit_to_tolerance(
-        views, sample, spec, loss, 0.5, _gen(1), SolverSpec(1e-6, 4000)
+        [(views, sample)], spec, loss, 0.5, _gen(1), SolverSpec(1e-6, 4000)
     )
     assert solution.converged and solution.criterion < 1e-6
     assert torch.linalg.matrix_norm(weight).item() <= 2.0 * (1 + 1e-9)
-    adam = fit(views, sample, spec, loss, 0.5, _gen(1))
+    adam = fit([(views, sample)], spec, loss, 0.5, _gen(1))
     tolerance = per_anchor_loss(weight, views, sample, loss, 0.5).mean().item()
     budget = per_anchor_loss(adam, views, sample, loss, 0.5).mean().item()
     assert tolerance <= budget + 1e-6, (tolerance, budget)
     assert solution.value == pytest.approx(tolerance, rel=1e-5)
+
+
+class _Recorded(list):
+    """Blocks that record which block each access asked for."""
+
+    def __init__(self, blocks: list) -> None:
+        super().__init__(blocks)
+        self.asked: list[int] = []
+
+    def __getitem__(self, b: int):  # noqa: ANN204
+        self.asked.append(b)
+        return super().__getitem__(b)
+
+
+def _slices(sample: Sample, sizes: list[int]) -> list[Sample]:
+    out, start = [], 0
+    for size in sizes:
+        rows = slice(start, start + size)
+        negatives = sample.negatives if sample.shared else sample.negatives[rows]
+        out.append(Sample(sample.anchors[rows], sample.positives[rows], negatives))
+        start += size
+    return out
+
+
+def test_fit_spends_ceil_rows_over_batch_steps_on_each_block_in_turn() -> None:
+    views = _views()
+    sample = draw(views, 14, 2, False, _gen(1))
+    blocks = _Recorded([(views, part) for part in _slices(sample, [8, 6])])
+    spec = FitSpec(d=2, radius=1.0, steps=9, batch=4, lr=0.1)
+    weight = fit(blocks, spec, "logistic", 0.5, _gen(2))
+    asked = blocks.asked
+    # block 0 (8 rows): 2 steps, block 1 (6 rows): 2 steps, then around again (the first access
+    # reads p from block 0)
+    assert asked == [0, 0, 0, 1, 1, 0, 0, 1, 1, 0]
+    assert torch.equal(weight, fit(list(blocks), spec, "logistic", 0.5, _gen(2)))
+    assert torch.linalg.matrix_norm(weight).item() <= 1.0 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("loss", "shared"), [("logistic", False), ("lse", True), ("info_nce", False)]
+)
+def test_fit_to_tolerance_on_blocks_solves_the_whole_sample(loss: str, shared: bool) -> None:
+    """A sample in three blocks has the same objective as the whole sample (up to summation
+    order), so APG from the same start reaches the same point."""
+    views = _easy_views()
+    sample = draw(views, 30, 4, shared, _gen(0))
+    spec, solver = FitSpec(2, 2.0, 0, 30, 0.1), SolverSpec(1e-8, 4000)
+    whole, at_whole = fit_to_tolerance([(views, sample)], spec, loss, 0.5, _gen(1), solver)
+    blocks = [(views, part) for part in _slices(sample, [11, 11, 8])]
+    streamed, at_blocks = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver)
+    assert at_blocks.converged and at_whole.converged
+    assert at_blocks.value == pytest.approx(at_whole.value, rel=1e-10)
+    torch.testing.assert_close(streamed, whole, atol=1e-6, rtol=0)
 
 
 # --- per_anchor_loss and scores -----------------------------------------------------------------

@@ -6,13 +6,15 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from crl.core.provenance import PROVENANCE_COLUMNS
-from crl.kernels import bounds
-from crl.steps import cell
-from crl.steps.features import Features, load_features, tau_of
+from crl.kernels import bounds, certified, rademacher
+from crl.steps import cell, sampling
+from crl.steps.features import Features, Normalizer, SplitArrays, load_features, tau_of
 from tests.conftest import REPO
 from tests.steps.helpers import config, materialise
 
@@ -220,3 +222,94 @@ def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Pat
         {**cell.run_cell(cfg, key, features, tau), "dataset": "synthetic",
          "cell_git_commit": "abc123"}
     )
+
+
+# --- cells whose sample streams in blocks -------------------------------------------------------
+
+
+def _split_features(rows: int, test_rows: int, p: int = 6) -> Features:
+    gen = np.random.default_rng(5)
+    x, xt = gen.normal(size=(rows, p)), gen.normal(size=(test_rows, p))
+    x, xt = (a / (2 * np.linalg.norm(a, axis=1, keepdims=True)) for a in (x, xt))
+    labels, test_labels = np.arange(rows) % 3, np.arange(test_rows) % 3
+    return Features(
+        SplitArrays(x.astype(np.float32), labels),
+        SplitArrays(xt.astype(np.float32), test_labels),
+        Normalizer(np.zeros(p, dtype=np.float32), 1.0),
+    )
+
+
+@pytest.mark.parametrize(("regime", "loss"), [("scrl", "lse"), ("sscrl", "logistic")])
+def test_a_split_cell_in_blocks_equals_the_cell_held_whole(
+    regime: str, loss: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same sample indices in 4 blocks: the same APG objective (so the same W up to the
+    solver's tolerance), training loss and sample statistics; only the Rademacher estimate's
+    sign-to-row assignment differs."""
+    cfg = config(
+        dataset={"kind": "digits"},
+        model={"solver": "apg", "tol": 1e-9, "max_iter": 5000},
+        eval={"test_anchors": 20, "negative_pool": 16, "rademacher_draws": 64},
+    )
+    features = _split_features(400, 100)
+    key = cell.CellKey(regime, loss, 3, 20, 0)
+    whole = cell.run_cell(cfg, key, features, None)
+    per_anchor = (2 if regime == "sscrl" else 5) * 6
+    monkeypatch.setattr(sampling, "BLOCK_ELEMENTS", 6 * per_anchor)  # 6 anchors a block
+    blocks = cell.run_cell(cfg, key, features, None)
+    assert (whole["sample_blocks"], blocks["sample_blocks"]) == (1, 4)
+    assert whole["sampling"] == blocks["sampling"] == "distinct_from_split"
+    assert blocks["solver_converged"] and whole["solver_converged"]
+    assert blocks["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-7)
+    assert blocks["test_loss"] == pytest.approx(whole["test_loss"], rel=1e-6)
+    for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N", "gamma_E"):
+        assert blocks[name] == pytest.approx(whole[name], rel=1e-12)
+    assert blocks["rademacher_rows"] == whole["rademacher_rows"] == 20 * 5
+    assert abs(blocks["rademacher"] - whole["rademacher"]) < 4 * (
+        blocks["rademacher_ci"] + whole["rademacher_ci"]
+    )
+
+
+def test_a_model_cell_in_blocks_is_certified_and_deterministic(
+    run: tuple[Features, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    features, tau = run
+    monkeypatch.setattr(sampling, "BLOCK_ELEMENTS", 4 * 5 * 6)  # 4 anchors of 5 rows of p = 6
+    key = cell.CellKey("scrl", "info_nce", 3, 20, 0)
+    row = cell.run_cell(config(), key, features, tau)
+    assert row["sample_blocks"] == 5 and row["rademacher_rows"] == 20 * 5
+    assert row["sampling"] == "fresh_from_model" and row["certified"] is True
+    for name in ("gamma_m", "gamma_S", "gamma_E"):
+        assert row[f"{name}_holds"] is True
+    assert _without_wall(row) == _without_wall(cell.run_cell(config(), key, features, tau))
+
+
+def test_one_pass_over_blocks_equals_the_accumulators_over_their_rows_in_order(
+    run: tuple[Features, float],
+) -> None:
+    features, _ = run
+    source = cell.population(config(), features)
+    draw = source.train(10, 3, False, torch.Generator().manual_seed(2), 4 * 5 * 6)
+    assert len(draw) == 3
+    weight = torch.randn(3, 6, generator=torch.Generator().manual_seed(4)) / 3
+    got = cell._sample_pass(draw, weight, "info_nce", 0.5, 1.0, 8, 11, chunk=3)
+    naive = rademacher.LinearAccumulator(d=3, p=6, draws=8, seed=11)
+    terms, rows = [], {"a": [], "p": [], "n": []}
+    for views, sample in draw:
+        anchors, positives = views.anchor[sample.anchors], views.positive[sample.positives]
+        negatives = views.negative[sample.negatives]  # (c, m, p)
+        naive.update(torch.cat([anchors, positives, negatives.reshape(-1, 6)]))
+        rows["a"].append(anchors), rows["p"].append(positives), rows["n"].append(negatives)
+        for i in range(len(anchors)):  # InfoNCE of one anchor, in float64
+            fa, fp = weight.double() @ anchors[i].double(), weight.double() @ positives[i].double()
+            fn = negatives[i].double() @ weight.double().T
+            logits = torch.cat([(fa @ fp)[None], fn @ fa]) / 0.5
+            terms.append(float(torch.logsumexp(logits, 0) - logits[0]))
+    want = naive.finish(1.0)
+    assert (got.rademacher.value, got.rademacher.ci) == (want.value, want.ci)
+    np.testing.assert_allclose(got.terms.numpy(), terms, rtol=1e-6)
+    whole = certified.sample_stats(
+        torch.cat(rows["a"]), torch.cat(rows["p"]), torch.cat(rows["n"]), shared=False
+    )
+    for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N"):
+        assert getattr(got.stats, name) == pytest.approx(getattr(whole, name), rel=1e-12)

@@ -41,7 +41,8 @@ def test_normalizer_clips_every_point_and_matches_the_splits_scaling() -> None:
 def test_model_population_draws_fresh_tuples(shared: bool) -> None:
     draw = _population().train(7, 3, shared, torch.Generator().manual_seed(1))
     assert draw.sampling == sampling.FRESH and draw.certified
-    views, sample = draw.views, draw.sample
+    assert len(draw) == 1 and draw.n == 7
+    views, sample = draw[0]
     assert views.anchor.shape == views.positive.shape == (7, 5)
     assert views.negative.shape == ((3, 5) if shared else (21, 5))
     assert sample.shared == shared
@@ -49,7 +50,7 @@ def test_model_population_draws_fresh_tuples(shared: bool) -> None:
     for table in (views.anchor, views.positive, views.negative):
         assert float(table.norm(dim=1).max()) <= 1.0
     again = _population().train(7, 3, shared, torch.Generator().manual_seed(1))
-    torch.testing.assert_close(again.views.negative, views.negative)
+    torch.testing.assert_close(again[0][0].negative, views.negative)
     held = _population().held_out(4, 3, 11, torch.Generator().manual_seed(2))
     assert held.sample.negatives.shape == (4, 3) and held.pool_sample.negatives.shape == (11,)
     assert held.pool_views.anchor is held.views.anchor
@@ -69,37 +70,89 @@ def test_split_population_distinct_rows_when_the_split_allows(shared: bool) -> N
     population = sampling.SplitPopulation(_split(200, 4), _split(50, 4))
     draw = population.train(10, 5, shared, torch.Generator().manual_seed(3))
     assert draw.sampling == sampling.DISTINCT and draw.certified
-    s = draw.sample
+    views, s = draw[0]
     used = torch.cat([s.anchors, s.positives, s.negatives.reshape(-1)])
     assert len(set(used.tolist())) == used.numel()  # every point distinct
-    labels = draw.views.labels
-    assert torch.equal(labels[s.anchors], labels[s.positives])
+    assert torch.equal(views.labels[s.anchors], views.labels[s.positives])
 
 
 def test_split_population_reuses_points_and_is_not_certified_when_too_small() -> None:
     population = sampling.SplitPopulation(_split(40, 4), _split(20, 4))
     draw = population.train(10, 5, False, torch.Generator().manual_seed(4))  # needs 70 > 40
     assert draw.sampling == sampling.REUSE and not draw.certified
-    assert draw.sample.negatives.shape == (10, 5)
+    assert draw[0][1].negatives.shape == (10, 5)
 
 
 def test_split_population_augmented_positive_is_the_other_view() -> None:
     population = sampling.SplitPopulation(_split(100, 3, augmented=True), _split(30, 3))
     draw = population.train(10, 4, False, torch.Generator().manual_seed(5))
     assert draw.sampling == sampling.DISTINCT
-    assert torch.equal(draw.sample.anchors, draw.sample.positives)
-    assert draw.views.anchor is not draw.views.positive
+    views, sample = draw[0]
+    assert torch.equal(sample.anchors, sample.positives)
+    assert views.anchor is not views.positive
 
 
 def test_sample_statistics_stream_equals_the_whole_sample() -> None:
     draw = _population().train(9, 4, False, torch.Generator().manual_seed(6))
     streamed = certify.sample_statistics(draw, 4, chunk=8)  # two anchors per chunk
-    v, s = draw.views, draw.sample
+    v, s = draw[0]
     whole = certified.sample_stats(
         v.anchor[s.anchors], v.positive[s.positives], v.negative[s.negatives], shared=False
     )
     for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N"):
         assert getattr(streamed, name) == pytest.approx(getattr(whole, name), rel=1e-12)
+
+
+# --- blocks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_model_population_streams_blocks_made_again_bit_for_bit(shared: bool) -> None:
+    per_anchor = 2 if shared else 5  # (2 + m) rows of p = 5 values per anchor, m = 3
+    elements = 3 * per_anchor * 5  # 3 anchors a block
+    draw = _population().train(10, 3, shared, torch.Generator().manual_seed(1), elements)
+    assert draw.sizes == [3, 3, 3, 1] and len(draw) == 4 and draw.n == 10
+    first = [tuple(t.clone() for t in (v.anchor, v.positive, v.negative)) for v, _ in draw]
+    for b in (2, 0, 3, 0):  # out of order: each block is made again from its own generator
+        views, sample = draw[b]
+        for got, kept in zip((views.anchor, views.positive, views.negative), first[b], strict=True):
+            assert torch.equal(got, kept)
+        assert sample.anchors.shape == (draw.sizes[b],)
+        assert sample.negatives.shape == ((3,) if shared else (draw.sizes[b], 3))
+        for table in (views.anchor, views.positive, views.negative):
+            assert float(table.norm(dim=1).max()) <= 1.0
+    assert not torch.equal(first[0][0], first[1][0])  # blocks are different draws
+    if shared:  # one shared table in every block
+        assert all(torch.equal(f[2], first[0][2]) for f in first)
+    again = _population().train(10, 3, shared, torch.Generator().manual_seed(1), elements)
+    assert torch.equal(again[3][0].anchor, first[3][0])
+    with pytest.raises(IndexError, match="block 4: the draw has 4 blocks"):
+        draw[4]
+
+
+def test_a_sample_of_one_block_is_drawn_as_a_whole() -> None:
+    whole = _population().train(10, 3, False, torch.Generator().manual_seed(1), 10**9)
+    fits = _population().train(10, 3, False, torch.Generator().manual_seed(1), 10 * 5 * 5)
+    assert len(whole) == len(fits) == 1
+    assert torch.equal(whole[0][0].negative, fits[0][0].negative)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_split_blocks_are_slices_of_the_whole_sample(shared: bool) -> None:
+    population = sampling.SplitPopulation(_split(400, 4), _split(50, 4))
+    whole = population.train(20, 5, shared, torch.Generator().manual_seed(3), 10**9)
+    elements = 6 * (2 if shared else 7) * 4  # 6 anchors of (2 + m) rows (2 shared) of p = 4
+    blocks = population.train(20, 5, shared, torch.Generator().manual_seed(3), elements)
+    assert len(whole) == 1 and blocks.sizes == [6, 6, 6, 2] and blocks.sampling == whole.sampling
+    _, sample = whole[0]
+    for name in ("anchors", "positives", "negatives"):
+        parts = [getattr(s, name) for _, s in blocks]
+        joined = parts[0] if shared and name == "negatives" else torch.cat(parts)
+        assert torch.equal(joined, getattr(sample, name))
+    streamed = certify.sample_statistics(blocks, 5, chunk=10)
+    held = certify.sample_statistics(whole, 5)
+    for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N"):
+        assert getattr(streamed, name) == pytest.approx(getattr(held, name), rel=1e-12)
 
 
 def test_pool_bootstrap_matches_a_naive_loop() -> None:
@@ -121,25 +174,29 @@ def test_pool_bootstrap_matches_a_naive_loop() -> None:
 
 def test_bound_columns_compare_each_bound_with_its_gap() -> None:
     draw = _population().train(30, 4, True, torch.Generator().manual_seed(9))
-    row = certify.bound_columns(draw, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, -0.02)
+    shared = certify.sample_statistics(draw, 4)
+    row = certify.bound_columns(
+        draw, shared, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, -0.02
+    )
     assert row["bound_delta"] == 0.025
     assert row["gamma_S_holds"] is True  # compared with gap_outer
-    too_big = certify.bound_columns(draw, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, 99.0)
+    too_big = certify.bound_columns(
+        draw, shared, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, 99.0
+    )
     assert too_big["gamma_S_holds"] is False and too_big["gamma_m_holds"] is False
     assert too_big["sscrl_total_holds"] is True  # the total gap 0.01 is within the total
     own = sampling.ModelPopulation(_model(), torch.nn.Identity(),
                                    Normalizer(np.zeros(5, dtype=np.float32), 2.0))
     scrl = own.train(30, 4, False, torch.Generator().manual_seed(9))
-    lse = certify.bound_columns(scrl, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, 0.0, None)
+    stats = certify.sample_statistics(scrl, 4)
+    lse = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, 0.0, None)
     g = min(lse["gamma_m"], lse["gamma_S"], lse["gamma_E"])
     # LSE: -gamma <= gap <= gamma + inner; a gap just above gamma holds only thanks to inner
-    above = certify.bound_columns(
-        scrl, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, lse["gamma_S"] + 0.5 * lse["lse_inner_bound"],
-        None,
-    )
+    upper = lse["gamma_S"] + 0.5 * lse["lse_inner_bound"]
+    above = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, upper, None)
     assert above["gamma_S_holds"] is True
     below = certify.bound_columns(
-        scrl, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, -(lse["gamma_S"] + 1e-3), None
+        scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, -(lse["gamma_S"] + 1e-3), None
     )
     assert below["gamma_S_holds"] is False
     assert lse["best_bound"] == pytest.approx(g + lse["lse_inner_bound"])

@@ -194,10 +194,10 @@ class LatentClassModel:
             )
         flat = classes.reshape(-1)  # N
         if self.means is not None:
-            eps = torch.randn(
+            x = torch.randn(
                 len(flat), self.dim, dtype=_F64, generator=_validate.generator(generator)
             )
-            x = self.means[flat] + self.noise * eps  # N x D
+            x.mul_(self.noise).add_(self.means[flat])  # N x D: mean + noise * eps, in place
         else:
             points = torch.multinomial(
                 self.support_probs[flat], 1, generator=_validate.generator(generator)
