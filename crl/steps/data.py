@@ -329,17 +329,41 @@ def read_pairs(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     return list_to_numpy(table.column("x")), list_to_numpy(table.column("y"))
 
 
+READ_BATCH_ROWS = 65536  # rows of one record batch while a split is read
+
+
 def read_split(root: Path, split: str, column: str = "x") -> Split:
-    """Read every shard of `split` under `root` (data/ or features/), ordered by id."""
+    """Read every shard of `split` under `root` (data/ or features/), ordered by id.
+
+    The feature columns are read record batch by record batch into arrays allocated once, so
+    the peak memory is the split's arrays plus one batch.
+    """
     files = sorted((root / f"split={split}").glob("part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{root / f'split={split}'}: no shards")
-    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
-    has_views = "view_a" in table.column_names
+    keys = pa.concat_tables([pq.read_table(f, columns=["id", "label"]) for f in files])
+    ids = keys.column("id").to_numpy()
+    order = np.argsort(ids, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))  # row r of the shards goes to position[r]
+    schema = pq.read_schema(files[0])
+    views = ["view_a", "view_b"] if "view_a" in schema.names else []
+    names = list(dict.fromkeys([column, *views]))
+    arrays = {
+        name: np.empty((len(ids), schema.field(name).type.list_size), dtype=np.float32)
+        for name in names
+    }
+    offset = 0
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=READ_BATCH_ROWS, columns=names):
+            rows = position[offset : offset + batch.num_rows]
+            for name in names:
+                arrays[name][rows] = list_to_numpy(batch.column(name))
+            offset += batch.num_rows
     return Split(
-        ids=table.column("id").to_numpy(),
-        labels=table.column("label").to_numpy(),
-        x=list_to_numpy(table.column(column)),
-        view_a=list_to_numpy(table.column("view_a")) if has_views else None,
-        view_b=list_to_numpy(table.column("view_b")) if has_views else None,
+        ids=ids[order],
+        labels=keys.column("label").to_numpy()[order],
+        x=arrays[column],
+        view_a=arrays.get("view_a"),
+        view_b=arrays.get("view_b"),
     )

@@ -41,6 +41,12 @@ class Normalizer:
         denominator = np.maximum(np.float32(self.scale * (1 + 1e-6)), norms * np.float32(1 + 1e-6))
         return np.ascontiguousarray(centred / denominator)
 
+    def in_place(self, x: np.ndarray, rows: int = 65536) -> np.ndarray:
+        """`array(x)` written over x (N, p) float32, `rows` rows at a time; returns x."""
+        for start in range(0, len(x), rows):
+            x[start : start + rows] = self.array(x[start : start + rows])
+        return x
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Shape: x (N, p) -> (N, p) float32."""
         centred = x.to(torch.float32) - torch.from_numpy(self.mean)
@@ -88,17 +94,28 @@ class Features:
     normalizer: Normalizer
 
 
+def _largest_norm(table: np.ndarray, mean: np.ndarray, rows: int = 65536) -> float:
+    """max_i ||table_i - mean||, `rows` rows at a time."""
+    return max(
+        float(np.linalg.norm(table[start : start + rows] - mean, axis=1).max())
+        for start in range(0, len(table), rows)
+    )
+
+
 def load_features(features_dir: Path) -> Features:
-    """Features of both splits, centred on the train mean and scaled so every ||row|| <= 1."""
+    """Features of both splits, centred on the train mean and scaled so every ||row|| <= 1.
+
+    Normalised in place, in chunks: the peak memory is the splits' arrays and one chunk.
+    """
     tr = data.read_split(features_dir, "train")
     te = data.read_split(features_dir, "test")
     mean = tr.x.mean(axis=0, dtype=np.float64).astype(np.float32)
     tables = [t for t in (tr.x, te.x, tr.view_a, tr.view_b, te.view_a, te.view_b) if t is not None]
-    scale = max(float(np.linalg.norm(t - mean, axis=1).max()) for t in tables) or 1.0
+    scale = max(_largest_norm(t, mean) for t in tables) or 1.0
     normalizer = Normalizer(mean, scale)
 
     def norm(t: np.ndarray | None) -> np.ndarray | None:
-        return None if t is None else normalizer.array(t)
+        return None if t is None else normalizer.in_place(t)
 
     return Features(
         SplitArrays(norm(tr.x), tr.labels, norm(tr.view_a), norm(tr.view_b)),

@@ -322,7 +322,9 @@ def test_write_shard_and_read_split_round_trip_ordered_by_id(tmp_path: Path) -> 
         assert back.view_a is None and back.view_b is None
 
 
-def test_read_split_reads_views_and_other_columns(tmp_path: Path) -> None:
+def test_read_split_reads_views_and_other_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "features" / "split=train"
     folder.mkdir(parents=True)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -341,6 +343,10 @@ def test_read_split_reads_views_and_other_columns(tmp_path: Path) -> None:
         )
     back = data.read_split(tmp_path / "features", "train")
     assert back.ids.tolist() == [0, 1, 2, 3]
+    monkeypatch.setattr(data, "READ_BATCH_ROWS", 1)  # one row per record batch: same result
+    one_by_one = data.read_split(tmp_path / "features", "train")
+    for name in ("ids", "labels", "x", "view_a", "view_b"):
+        np.testing.assert_array_equal(getattr(one_by_one, name), getattr(back, name))
     assert back.labels.tolist() == [0, 1, 0, 1]
     np.testing.assert_array_equal(back.x, x)
     np.testing.assert_array_equal(back.view_a, x + 100)

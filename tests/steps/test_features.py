@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import torch
 
 from crl.steps import data
-from crl.steps.features import SplitArrays, load_features, tau_of
+from crl.steps.features import Normalizer, SplitArrays, load_features, tau_of
 from tests.steps.helpers import config, materialise
 
 
@@ -38,6 +38,15 @@ def _write(
 
 def _check_affine(raw: np.ndarray, normed: np.ndarray, mean: np.ndarray, scale: float) -> None:
     np.testing.assert_allclose(normed, (raw - mean) / scale, rtol=1e-5, atol=1e-6)
+
+
+def test_normalizer_in_place_is_array_bit_for_bit() -> None:
+    gen = np.random.default_rng(0)
+    x = (gen.normal(size=(11, 4)) * 3).astype(np.float32)
+    norm = Normalizer(x.mean(axis=0), 2.5)
+    want = norm.array(x)
+    got = norm.in_place(x.copy(), rows=4)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_load_features_normalises_both_splits(tmp_path: Path) -> None:
