@@ -119,6 +119,19 @@ def test_chunked_equals_unchunked_bit_for_bit(dtype: torch.dtype) -> None:
     )
 
 
+@pytest.mark.parametrize("draws", [2, 8, 13, 64])
+def test_fewer_draws_are_the_first_draws_of_more(draws: int) -> None:
+    """Only the bytes of the draws asked for are unpacked (8 * ceil(draws / 8) signs per row and
+    coordinate): the products are those of the first `draws` draws of a 72-draw accumulator."""
+    features = _randn(5000, 6, seed=7)
+    few = rademacher.LinearAccumulator(3, 6, draws, seed=9)
+    many = rademacher.LinearAccumulator(3, 6, 72, seed=9)
+    few.update(features), many.update(features)
+    torch.testing.assert_close(
+        few.sign_products(), many.sign_products()[:draws], rtol=1e-12, atol=1e-10
+    )
+
+
 def test_linear_is_b_times_frobenius_norm_per_draw() -> None:
     features = _randn(300, 4, seed=2)
     est = rademacher.linear(features, 3, 2.5, 100, seed=11, chunk_rows=64)

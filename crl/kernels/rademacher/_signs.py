@@ -79,16 +79,26 @@ def _sign_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return (1 - 2 * bits).to(dtype)
 
 
+def _sign_width(draws: int) -> int:
+    """Signs unpacked per (row, coordinate) for `draws` draws: whole bytes, 8 * ceil(draws / 8)."""
+    return 8 * -(-draws // 8)
+
+
 def _unpack(words: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Expand hash words into +-1 signs, writing into `out`.
+    """Expand hash words into +-1 signs of the first `out.shape[-1]` draws, writing into `out`.
 
     The bytes are read through a uint8 view of the words (little-endian: byte j holds bits
-    8j..8j+7), one table row of 8 signs per byte.
-    Shape: words (rows, coords, blocks) int64 contiguous; table (256, 8);
-    out (rows, coords, 64 * blocks), out[r, t, 64b + k] = sign of draw 64b + k.
+    8j..8j+7, so byte 8b + j of a (row, coordinate) holds draws 64b + 8j..64b + 8j + 7), one
+    table row of 8 signs per byte; only the bytes of the draws asked for are read.
+    Shape: words (rows, coords, blocks) int64 contiguous; table (256, 8); out (rows, coords,
+    width), width a multiple of 8 up to 64 * blocks; out[r, t, k] = sign of draw k.
     """
-    index = words.view(torch.uint8).view(-1).int()  # index: (rows * coords * blocks * 8,)
-    torch.index_select(table, 0, index, out=out.view(-1, 8))
+    rows, coords, blocks = words.shape
+    width = out.shape[-1]
+    if width % 8 or not 0 < width <= DRAWS_PER_WORD * blocks:
+        raise ValueError(f"out width {width}: expected a multiple of 8 up to {64 * blocks}")
+    index = words.view(torch.uint8).view(rows, coords, 8 * blocks)[:, :, : width // 8]
+    torch.index_select(table, 0, index.reshape(-1).int(), out=out.view(-1, 8))
     return out
 
 
@@ -132,6 +142,6 @@ def signs(
     device = torch.device(device)
     blocks = -(-draws // DRAWS_PER_WORD)
     words = _words(seed, blocks, row_start, rows, coords, device)
-    out = torch.empty(rows, coords, blocks * DRAWS_PER_WORD, dtype=dtype, device=device)
+    out = torch.empty(rows, coords, _sign_width(draws), dtype=dtype, device=device)
     _unpack(words, _sign_table(dtype, device), out)
     return out[:, :, :draws].permute(2, 0, 1)

@@ -26,6 +26,7 @@ from crl.kernels.rademacher._signs import (
     _check_rows,
     _check_seed,
     _sign_table,
+    _sign_width,
     _unpack,
     _words,
 )
@@ -80,10 +81,9 @@ class LinearAccumulator:
         self.dtype = dtype
         self.device = torch.device(device)
         self._blocks = -(-draws // DRAWS_PER_WORD)
-        columns = d * self._blocks * DRAWS_PER_WORD
-        self._sub_rows = max(1, min(BLOCK_ROWS, _SIGN_BUFFER_ELEMENTS // columns))
+        self._width = width = _sign_width(draws)  # signs per (row, coordinate)
+        self._sub_rows = max(1, min(BLOCK_ROWS, _SIGN_BUFFER_ELEMENTS // (d * width)))
         self._table = _sign_table(dtype, self.device)  # (256, 8)
-        width = self._blocks * DRAWS_PER_WORD
         self._signs = torch.empty(
             self._sub_rows, d, width, dtype=dtype, device=self.device
         )  # sign sub-block: (sub_rows, d, width)
@@ -106,7 +106,7 @@ class LinearAccumulator:
         (and rounds the same way) whatever chunking delivered them. Phi^T S rather than S^T Phi:
         the faster operand layout for the BLAS kernel.
         Shape: phi (rows, p), rows <= BLOCK_ROWS; returns (p, d * width), column t * width + k
-        for coordinate t and draw k (width = 64 * draw blocks).
+        for coordinate t and draw k (width = `_sign_width(draws)`).
         """
         rows = phi.shape[0]
         _check_rows(row_start, rows)
@@ -160,8 +160,7 @@ class LinearAccumulator:
         products = self._products
         if self._pending_rows:
             products = products + self._fold(torch.cat(self._pending), self._folded_rows)
-        width = self._blocks * DRAWS_PER_WORD
-        return products.view(self.p, self.d, width)[:, :, : self.draws].permute(2, 1, 0)
+        return products.view(self.p, self.d, self._width)[:, :, : self.draws].permute(2, 1, 0)
 
     def finish(self, B: float) -> SignEstimate:
         """E_S sup_{||W||_F <= B} <W, S^T Phi> = E_S B ||S^T Phi||_F (Cauchy-Schwarz)."""
@@ -229,12 +228,13 @@ def finite(values: torch.Tensor, draws: int, seed: int) -> SignEstimate:
     _check_rows(0, points)
     device = values.device
     blocks = -(-draws // DRAWS_PER_WORD)
+    width = _sign_width(draws)
     table = _sign_table(torch.float64, device)
-    scores = torch.zeros(blocks * DRAWS_PER_WORD, classes, dtype=torch.float64, device=device)
+    scores = torch.zeros(width, classes, dtype=torch.float64, device=device)
     for start in range(0, points, BLOCK_ROWS):
         rows = min(BLOCK_ROWS, points - start)
-        out = torch.empty(rows, coords, blocks * DRAWS_PER_WORD, dtype=torch.float64, device=device)
+        out = torch.empty(rows, coords, width, dtype=torch.float64, device=device)
         eps = _unpack(_words(seed, blocks, start, rows, coords, device), table, out)
         block = values[:, start : start + rows].to(torch.float64).reshape(classes, -1)
-        scores += eps.view(rows * coords, -1).T @ block.T  # (64 * blocks, K)
+        scores += eps.view(rows * coords, -1).T @ block.T  # (width, K)
     return _estimate(scores[:draws].amax(dim=1))
