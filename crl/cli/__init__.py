@@ -101,6 +101,8 @@ def run(
         "(cell, inequality) pairs: the certified bounds, Li et al.'s calibration in paired "
         "Gaussian cells, and the MI estimate below log(1 + m) in dense cells"
     )
+    stages = " | ".join(f"{k} {v:.1f}" for k, v in result["stage_seconds"].items())
+    typer.echo(f"crl: wall seconds by stage: {stages}")
     if result["report"]:
         typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")
         typer.echo(f"crl: report  {result['report']}")
@@ -216,7 +218,12 @@ def report(
 
 
 BENCHES = {
-    "kernels": ["bench/kernels_losses.py", "bench/dense_loss.py", "bench/kernels_rademacher.py"],
+    "kernels": [
+        "bench/kernels_losses.py",
+        "bench/kernels_scores.py",
+        "bench/dense_loss.py",
+        "bench/kernels_rademacher.py",
+    ],
     "pipeline": ["bench/pipeline.py"],
     "bounds": ["bench/bounds_share.py"],
     "dense": ["bench/dense_loss.py"],

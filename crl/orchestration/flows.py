@@ -8,6 +8,7 @@ resumption is by files (a finished unit is skipped) and system faults are retrie
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,6 +37,20 @@ class GridResult:
     bounds_held: int
     report: str
     where: str
+    stage_seconds: dict[str, float]
+
+
+class _StageClock:
+    """Wall seconds of each stage of a flow, in order."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = now - self._last
+        self._last = now
 
 
 @dataclass(frozen=True)
@@ -111,17 +126,24 @@ def bound_grid(
     """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
     config = crl_config.load(config_path, overrides or [])
     paths = prepare(config, Path(out), local=is_local(ray_address))
+    clock = _StageClock()
     runner = make_executor(executor, ray_address)
     where = runner.start()
     runner.check_cpus(config.runtime.cell_cpus)
+    clock.lap("start")
     materialize(config, paths, runner)
+    clock.lap("materialize")
     embed(config, paths, runner, progress)
+    clock.lap("embed")
     outcome = cells(config, paths, runner, progress, recompute_stale)
+    clock.lap("cells")
     checked = held = 0
     page = ""
     if outcome.files:  # when every cell failed there is nothing to aggregate
         checked, held = aggregate(config, paths, outcome.files)
+        clock.lap("aggregate")
         page = render(paths)
+        clock.lap("report")
     paths.clean_staging()
     result = asdict(
         GridResult(
@@ -134,6 +156,7 @@ def bound_grid(
             held,
             page,
             where,
+            clock.seconds,
         )
     )
     if page:

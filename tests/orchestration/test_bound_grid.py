@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,10 @@ def test_report_written(tiny_run: dict) -> None:
 
 def test_rerun_skips_every_cell_and_tables_identical(tiny_run: dict) -> None:
     assert "(40 already done, 0 computed" in tiny_run["second"].stdout
+    stages = re.search(r"wall seconds by stage: (.*)", tiny_run["first"].stdout).group(1)
+    names = [part.split()[0] for part in stages.split(" | ")]
+    assert names == ["start", "materialize", "embed", "cells", "aggregate", "report"]
+    assert all(float(part.split()[1]) >= 0 for part in stages.split(" | "))
     after = {p.name: p.read_bytes() for p in (tiny_run["dir"] / "tables").glob("*.parquet")}
     assert after == tiny_run["before"]
 
