@@ -4,9 +4,9 @@ NT-Xent forward + backward, float32 CPU, D = 128, T = 0.1: crl's `nt_xent` (path
 against the plain-torch formulation users write (normalise, one 2B x 2B similarity matrix,
 masked diagonal, `F.cross_entropy`) and pytorch-metric-learning's `NTXentLoss`, on the same
 tensors. Every variant runs in fresh child processes under one address-space limit
-(REFERENCE_ADDRESS_LIMIT, so a variant that does not fit fails instead of swapping): one for
-time (crl and the plain reference in one process, their repeats interleaved; the median after
-a warm-up), one per variant for peak memory. The loss values and the
+(REFERENCE_ADDRESS_LIMIT in bench/_measure.py, so a variant that does not fit fails instead of
+swapping): one for time (crl and the plain reference in one process, their repeats interleaved;
+the median after a warm-up), one per variant for peak memory. The loss values and the
 gradients with respect to z1, z2 are compared with the reference's (max |diff|); where the
 reference does not fit, the value is compared with a float64 one computed row block by row block.
 
@@ -23,10 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,12 +31,12 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _measure import child, limit_address_space, out_of_memory, peak_growth_mib, table
 
 from crl.losses import nt_xent
 
 NTXENT_BATCHES = (32, 64, 256, 1024, 4096, 16384)
 NTXENT_DIM, NTXENT_T = 128, 0.1
-REFERENCE_ADDRESS_LIMIT = 10 * 2**30  # bytes of address space for one NT-Xent child
 NTXENT_IMPLS = ("plain", "crl", "pml")
 
 
@@ -81,25 +78,12 @@ def _ntxent_step(impl: str, z1: torch.Tensor, z2: torch.Tensor) -> Callable[[], 
     return step
 
 
-def _proc_status_kib(field: str) -> int:
-    """A `kB` field of /proc/self/status (Linux), e.g. VmRSS or VmHWM (peak RSS of this process)."""
-    with open("/proc/self/status") as status:
-        line = next(row for row in status if row.startswith(field + ":"))
-    return int(line.split()[1])
-
-
-def _out_of_memory(err: BaseException) -> dict:
-    wanted = re.search(r"allocate (\d+) bytes", str(err))
-    size = f"{int(wanted.group(1)) / 2**30:.1f} GiB" if wanted else str(err)[:80]
-    return {"error": f"out of memory allocating {size}"}
-
-
 def _time_child(impls: list[str], batch: int, repeats: int, grads: str) -> dict:
     """The variants `impls` in one fresh process under REFERENCE_ADDRESS_LIMIT, on the same
     tensors, their repeats interleaved (so a busy machine slows them alike): the median time
     after a warm-up, the value, the gradients saved to `grads`.<impl>.pt. A variant that runs
     out of memory is reported as such and the others go on."""
-    resource.setrlimit(resource.RLIMIT_AS, (REFERENCE_ADDRESS_LIMIT, REFERENCE_ADDRESS_LIMIT))
+    limit_address_space()
     z1, z2 = _ntxent_inputs(batch)
     steps, out, times = {}, {}, {}
     for impl in impls:
@@ -110,7 +94,7 @@ def _time_child(impls: list[str], batch: int, repeats: int, grads: str) -> dict:
             times[impl] = []
         except (RuntimeError, MemoryError) as err:
             steps.pop(impl, None)
-            out[impl] = _out_of_memory(err)
+            out[impl] = out_of_memory(err)
     for _ in range(repeats):
         for impl, step in steps.items():
             start = time.perf_counter()
@@ -124,32 +108,12 @@ def _time_child(impls: list[str], batch: int, repeats: int, grads: str) -> dict:
 def _memory_child(impl: str, batch: int) -> dict:
     """One variant in a fresh process: the growth of peak RSS during one call (after a warm-up
     on B = 2)."""
-    resource.setrlimit(resource.RLIMIT_AS, (REFERENCE_ADDRESS_LIMIT, REFERENCE_ADDRESS_LIMIT))
+    limit_address_space()
     try:
         _ntxent_step(impl, *_ntxent_inputs(2))()
-        step = _ntxent_step(impl, *_ntxent_inputs(batch))
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")  # VmHWM := VmRSS
-        before = _proc_status_kib("VmRSS")
-        step()
-        return {"peak_mib": (_proc_status_kib("VmHWM") - before) / 1024}
+        return {"peak_mib": peak_growth_mib(_ntxent_step(impl, *_ntxent_inputs(batch)))}
     except (RuntimeError, MemoryError) as err:
-        return _out_of_memory(err)
-
-
-def _child(*args: str, low_mmap: bool = False) -> dict:
-    """Run `--child args` in a fresh interpreter and parse its JSON line."""
-    env = os.environ | ({"MALLOC_MMAP_THRESHOLD_": "65536"} if low_mmap else {})
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
-    if out.returncode != 0:
-        return {"error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}"}
-    return json.loads(out.stdout)
+        return out_of_memory(err)
 
 
 def _float64_value(batch: int, rows: int = 512) -> float:
@@ -174,11 +138,13 @@ def _ntxent_row(batch: int) -> dict:
         grads = os.path.join(tmp, "grads")
         found: dict[str, dict] = {}
         for impls, times in (("crl,plain", repeats), ("pml", min(repeats, 3))):  # pml: s a call
-            timed = _child("time", impls, str(batch), str(times), grads)
+            timed = child(__file__, "time", impls, str(batch), str(times), grads)
             for impl in impls.split(","):  # a child that died reports for all its variants
                 found[impl] = timed.get(impl, timed) if "error" not in timed else dict(timed)
         for impl, res in found.items():
-            memory = {} if impl == "pml" else _child("mem", impl, str(batch), low_mmap=True)
+            memory = (
+                {} if impl == "pml" else child(__file__, "mem", impl, str(batch), low_mmap=True)
+            )
             res["peak_mib"] = memory.get("peak_mib", math.nan)
             if "error" not in res:
                 res["grads"] = torch.load(f"{grads}.{impl}.pt")
@@ -212,22 +178,6 @@ def run(batches: tuple[int, ...] = NTXENT_BATCHES) -> list[dict]:
     return [_ntxent_row(batch) for batch in batches]
 
 
-def _table(rows: list[dict]) -> str:
-    """Aligned text table; a new header whenever the set of columns changes."""
-    groups: list[list[dict[str, str]]] = []
-    for row in rows:
-        cells = {k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in row.items()}
-        if not groups or list(groups[-1][0]) != list(cells):
-            groups.append([])
-        groups[-1].append(cells)
-    lines = []
-    for group in groups:
-        widths = {k: max(len(k), *(len(c[k]) for c in group)) for k in group[0]}
-        lines += ["", "  ".join(k.ljust(w) for k, w in widths.items())]
-        lines += ["  ".join(c[k].ljust(w) for k, w in widths.items()) for c in group]
-    return "\n".join(lines)
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         if sys.argv[2] == "time":
@@ -241,4 +191,4 @@ if __name__ == "__main__":
         if len(sys.argv) == 3 and sys.argv[1] == "--batches":
             batches = tuple(int(b) for b in sys.argv[2].split(","))
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 CPU")
-        print(_table(run(batches)))
+        print(table(run(batches)))

@@ -170,7 +170,8 @@ def scores_own(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
         f"({n}, m, {d}) with m >= 1",
         fneg.ndim == 3 and fneg.shape[0] == n and fneg.shape[1] >= 1 and fneg.shape[2] == d,
     )
-    return torch.einsum("nd,nmd->nm", fx, fneg)
+    # fneg first: its gradient then comes back in fneg's own layout (no transposed copy)
+    return torch.einsum("nmd,nd->nm", fneg, fx)
 
 
 def scores_shared(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
@@ -215,7 +216,8 @@ def info_nce(
     """InfoNCE: per anchor log(1 + sum_j exp((neg_ij - pos_i) / T)) (THEORY B, C).
 
     Equals -log( e^{pos/T} / (e^{pos/T} + sum_j e^{neg_j/T}) ): the positive is in the
-    denominator and there is no T factor outside. Computed as logsumexp over [0, D_i / T].
+    denominator and there is no T factor outside. Computed as the cross-entropy of the logits
+    [0, D_i / T] against class 0 (logsumexp over [0, D_i / T], fused).
 
     Shape: pos (n,), neg (n, m) -> () for "mean", (n,) for "none".
     """
@@ -223,8 +225,9 @@ def info_nce(
     T = _validate.positive("temperature", temperature)
     pos, neg = _pos_neg(pos, neg)
     delta = (neg - pos[:, None]) / T  # (n, m)
-    zero = delta.new_zeros(delta.shape[0], 1)  # (n, 1)
-    per_anchor = torch.logsumexp(torch.cat([zero, delta], dim=1), dim=1)  # (n,)
+    logits = torch.cat([delta.new_zeros(delta.shape[0], 1), delta], dim=1)  # (n, 1 + m)
+    target = torch.zeros(delta.shape[0], dtype=torch.long, device=delta.device)  # (n,)
+    per_anchor = F.cross_entropy(logits, target, reduction="none")  # (n,)
     return _reduce(per_anchor, reduction)
 
 
