@@ -338,8 +338,7 @@ def lse_inner_estimate(pool_scores: torch.Tensor, m: int, temperature: float) ->
     _validate.shape("pool_scores", s, "(N, K) with K >= 2", s.shape[1] >= 2)
     T = _validate.positive("temperature", temperature)
     m = _validate.at_least("m", m, 1)
-    z = s / T
-    z = z - z.max(dim=1, keepdim=True).values  # ratios Var/Mean^2 are shift-invariant
-    e = torch.exp(z)
+    z = s / T  # (N, K); one buffer, then in place
+    e = z.sub_(z.max(dim=1, keepdim=True).values).exp_()  # Var/Mean^2 are shift-invariant
     ratio = e.var(dim=1, correction=1) / e.mean(dim=1) ** 2
     return float(T / (2.0 * m) * ratio.mean())

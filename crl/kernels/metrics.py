@@ -60,6 +60,9 @@ class MeanClassifier:
     means: torch.Tensor
 
 
+_ROWS = 65536  # train rows summed at a time into the class means
+
+
 def mean_classifier(
     train_f: torch.Tensor,
     train_y: torch.Tensor,
@@ -92,9 +95,12 @@ def mean_classifier(
         raise ValueError(
             f"test_y contains label {test_y[unseen][0].item()}: expected labels present in train_y"
         )
-    train_f, test_f = train_f.to(torch.float64), test_f.to(torch.float64)
-    onehot_train = torch.nn.functional.one_hot(train_idx, len(classes)).to(torch.float64)
-    means = onehot_train.T @ train_f / counts[:, None]  # means: K x d
+    sums = train_f.new_zeros(len(classes), train_f.shape[1], dtype=torch.float64)  # sums: K x d
+    for start in range(0, len(train_y), _ROWS):  # in float64, _ROWS rows at a time
+        rows = slice(start, start + _ROWS)
+        sums.index_add_(0, train_idx[rows], train_f[rows].to(torch.float64))
+    means = sums / counts[:, None]  # means: K x d
+    test_f = test_f.to(torch.float64)
     scores = test_f @ means.T  # scores: m x K
     # margin[i, k] = (mu_{y_i} - mu_k)^T f(x_i): the margin of test point i in task (y_i, k).
     margin = scores.gather(1, test_idx[:, None]) - scores  # margin: m x K

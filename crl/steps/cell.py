@@ -83,7 +83,7 @@ def _sample_pass(
     radius: float,
     draws: int,
     seed: int,
-    chunk: int = 65536,
+    chunk: int = 16384,
 ) -> SamplePass:
     """One pass over the blocks of the training sample, each block made once.
 

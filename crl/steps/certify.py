@@ -155,9 +155,9 @@ def pool_bootstrap_ci(
     if draws < 2:
         return math.nan
     k = pool.shape[1]
-    z = (pool - pos[:, None]) / temperature  # (N, K)
+    z = (pool - pos[:, None]).div_(temperature)  # (N, K); one buffer, then in place
     top = z.max(dim=1, keepdim=True).values  # (N, 1)
-    e = torch.exp(z - top)  # (N, K) in (0, 1]
+    e = z.sub_(top).exp_()  # (N, K) in (0, 1]
     picks = torch.randint(0, k, (draws, k), generator=gen)
     counts = torch.zeros(draws, k, dtype=torch.float64).scatter_add_(
         1, picks, torch.ones(draws, k, dtype=torch.float64)

@@ -330,6 +330,7 @@ def read_pairs(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 READ_BATCH_ROWS = 65536  # rows of one record batch while a split is read
+READ_BUFFER_BYTES = 1 << 22  # bytes of a shard read at a time
 
 
 def read_split(root: Path, split: str, column: str = "x") -> Split:
@@ -355,11 +356,13 @@ def read_split(root: Path, split: str, column: str = "x") -> Split:
     }
     offset = 0
     for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=READ_BATCH_ROWS, columns=names):
+        shard = pq.ParquetFile(f, buffer_size=READ_BUFFER_BYTES)  # column chunks read in pieces
+        for batch in shard.iter_batches(batch_size=READ_BATCH_ROWS, columns=names):
             rows = position[offset : offset + batch.num_rows]
             for name in names:
                 arrays[name][rows] = list_to_numpy(batch.column(name))
             offset += batch.num_rows
+    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
     return Split(
         ids=ids[order],
         labels=keys.column("label").to_numpy()[order],
