@@ -31,7 +31,7 @@ from crl.kernels.rademacher._signs import (
     _words,
 )
 
-_SIGN_BUFFER_ELEMENTS = 1 << 21  # signs per sub-block matmul (8 MiB in float32): best measured
+_SIGN_BUFFER_ELEMENTS = 1 << 23  # signs per sub-block matmul: a whole block at d * draws = 2048
 
 
 @dataclass(frozen=True)
