@@ -197,7 +197,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "n": key.n,
         "seed": key.seed,
         "d": model.d,
-        "p": int(draw[0][0].anchor.shape[1]),
+        "p": int(weight.shape[1]),
         "sample_blocks": len(draw),
         "R": model.R,
         "temperature": ev.temperature,
