@@ -17,7 +17,8 @@ A training sample arrives as a `TrainDraw`: blocks of consecutive anchors, each 
 sample) pair whose tuples hold at most BLOCK_ELEMENTS feature values, so a cell of any n streams
 through memory one block at a time. A sample that fits one block is drawn exactly as a whole
 (by the cell's generator); a larger model sample draws block b from its own generator, seeded by
-the cell's generator, and makes the block again, bit for bit, whenever it is needed.
+the cell's generator, and makes the block again, bit for bit, whenever it is needed; a larger
+split sample gathers each block's rows of the split into tables of their own.
 """
 
 from __future__ import annotations
@@ -233,11 +234,24 @@ class SplitPopulation:
         if n <= per_block:
             return TrainDraw.whole(views, sample, how)
         sizes = _sizes(n, per_block)
+        shared_rows = views.negative[sample.negatives] if shared else None  # (m, p)
 
         def make(b: int) -> Block:
+            """Block b's rows gathered into tables of its own (at most block_elements values),
+            so that what reads a block never touches the whole split."""
             rows = slice(b * per_block, b * per_block + sizes[b])
-            own = sample.negatives if shared else sample.negatives[rows]
-            return views, learner.Sample(sample.anchors[rows], sample.positives[rows], own)
+            anchors = sample.anchors[rows]
+            negative = (
+                shared_rows if shared else views.negative[sample.negatives[rows].reshape(-1)]
+            )  # (m, p) shared, (c m, p) own
+            tables = learner.Views(
+                views.anchor[anchors],
+                views.positive[sample.positives[rows]],
+                negative,
+                views.labels[anchors],
+                views.augmented,
+            )
+            return tables, _identity(sizes[b], m, shared)
 
         return TrainDraw(how, sizes, m, shared, make)
 

@@ -138,17 +138,27 @@ def test_a_sample_of_one_block_is_drawn_as_a_whole() -> None:
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_split_blocks_are_slices_of_the_whole_sample(shared: bool) -> None:
+def test_split_blocks_hold_the_rows_of_the_whole_sample(shared: bool) -> None:
     population = sampling.SplitPopulation(_split(400, 4), _split(50, 4))
     whole = population.train(20, 5, shared, torch.Generator().manual_seed(3), 10**9)
     elements = 6 * (2 if shared else 7) * 4  # 6 anchors of (2 + m) rows (2 shared) of p = 4
     blocks = population.train(20, 5, shared, torch.Generator().manual_seed(3), elements)
     assert len(whole) == 1 and blocks.sizes == [6, 6, 6, 2] and blocks.sampling == whole.sampling
-    _, sample = whole[0]
-    for name in ("anchors", "positives", "negatives"):
-        parts = [getattr(s, name) for _, s in blocks]
-        joined = parts[0] if shared and name == "negatives" else torch.cat(parts)
-        assert torch.equal(joined, getattr(sample, name))
+    views, sample = whole[0]
+    rows = {"anchor": [], "positive": [], "negative": []}
+    for block_views, block_sample in blocks:  # each block indexes tables of its own rows
+        for name, index in (
+            ("anchor", block_sample.anchors),
+            ("positive", block_sample.positives),
+            ("negative", block_sample.negatives),
+        ):
+            rows[name].append(getattr(block_views, name)[index])
+        assert block_views.anchor.shape[0] == block_sample.anchors.shape[0]
+    assert torch.equal(torch.cat(rows["anchor"]), views.anchor[sample.anchors])
+    assert torch.equal(torch.cat(rows["positive"]), views.positive[sample.positives])
+    negatives = rows["negative"][0] if shared else torch.cat(rows["negative"])
+    assert torch.equal(negatives, views.negative[sample.negatives])
+    assert all(torch.equal(r, negatives) for r in rows["negative"]) or not shared
     streamed = certify.sample_statistics(blocks, 5, chunk=10)
     held = certify.sample_statistics(whole, 5)
     for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N"):
