@@ -46,14 +46,6 @@ def feed_statistics(
         acc.update(views.anchor[sample.anchors[part]], views.positive[sample.positives[part]], own)
 
 
-def sample_statistics(draw: TrainDraw, m: int, chunk: int = 65536) -> certified.SampleStats:
-    """S_pairs, S_neg, v_A, v_0, v_N of the cell's training sample, streamed block by block."""
-    acc = statistics_accumulator(draw, m)
-    for views, sample in draw:
-        feed_statistics(acc, views, sample, chunk)
-    return acc.finish()
-
-
 def within(gap: float | None, low: float, high: float) -> bool | None:
     """-low <= gap <= high; None when the gap is unknown."""
     if gap is None or not math.isfinite(gap):
@@ -75,7 +67,7 @@ def bound_columns(
     gap_outer: float | None,
 ) -> dict:
     """Every bound column of the cell, its terms, ingredients and holds flags; `stats` are the
-    sample's (`sample_statistics`)."""
+    sample's (`statistics_accumulator` fed every block by `feed_statistics`)."""
     consts = certified.loss_constants(loss, m, R, temperature)
     shared = regime == "sscrl"
     level = delta / 2 if shared else delta  # Cor. 4.3 splits delta between outer and inner

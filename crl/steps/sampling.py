@@ -224,7 +224,8 @@ class SplitPopulation:
         gen: torch.Generator,
         block_elements: int = BLOCK_ELEMENTS,
     ) -> TrainDraw:
-        """The sample's indices, in blocks of consecutive anchors over the split's tables."""
+        """The sample as indices into the split's tables (one block), or above block_elements
+        in blocks of consecutive anchors, each block's rows gathered into tables of its own."""
         views = self.train_views
         sample = _distinct(views, n, m, shared, gen)
         how = DISTINCT
