@@ -237,20 +237,25 @@ def fit_to_tolerance(
 def _streamed(
     blocks: Blocks, block_terms: Callable[[torch.Tensor, tuple], torch.Tensor]
 ) -> tuple[Value, ValueAndGrad]:
-    """The mean loss over every block and its gradient, one block in memory at a time."""
-    n = sum(int(sample.anchors.shape[0]) for _, sample in blocks)
+    """The mean loss over every block and its gradient, one block in memory at a time (each
+    evaluation is one pass over the blocks, counting their anchors as it goes)."""
 
     def value(flat: torch.Tensor) -> float:
+        total, n = 0.0, 0
         with torch.no_grad():
-            return sum(float(block_terms(flat, _block_rows(*block)).sum()) for block in blocks) / n
+            for block in blocks:
+                terms = block_terms(flat, _block_rows(*block))
+                total, n = total + float(terms.sum()), n + terms.shape[0]
+        return total / n
 
     def value_and_grad(flat: torch.Tensor) -> tuple[float, torch.Tensor]:
-        total, grad = 0.0, torch.zeros_like(flat)
+        total, n, grad = 0.0, 0, torch.zeros_like(flat)
         for block in blocks:
             point = flat.detach().requires_grad_(True)
-            out = block_terms(point, _block_rows(*block)).sum()
-            (part,) = torch.autograd.grad(out, point)
-            total, grad = total + float(out.detach()), grad + part
+            terms = block_terms(point, _block_rows(*block))
+            block_sum = terms.sum()
+            (part,) = torch.autograd.grad(block_sum, point)
+            total, n, grad = total + float(block_sum.detach()), n + terms.shape[0], grad + part
         return total / n, grad / n
 
     return value, value_and_grad
