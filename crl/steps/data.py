@@ -320,36 +320,30 @@ def list_to_numpy(
     )
 
 
-def read_pairs(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The (x, y) pairs of `split` under data/, ordered by id. Shape: (N, px), (N, py)."""
-    files = sorted((root / f"split={split}").glob("part-*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{root / f'split={split}'}: no shards")
-    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
-    return list_to_numpy(table.column("x")), list_to_numpy(table.column("y"))
-
-
 READ_BATCH_ROWS = 65536  # rows of one record batch while a split is read
 READ_BUFFER_BYTES = 1 << 22  # bytes of a shard read at a time
 
 
-def read_split(root: Path, split: str, column: str = "x") -> Split:
-    """Read every shard of `split` under `root` (data/ or features/), ordered by id.
-
-    The feature columns are read record batch by record batch into arrays allocated once, so
-    the peak memory is the split's arrays plus one batch.
-    """
+def _shards(root: Path, split: str) -> list[Path]:
     files = sorted((root / f"split={split}").glob("part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{root / f'split={split}'}: no shards")
-    keys = pa.concat_tables([pq.read_table(f, columns=["id", "label"]) for f in files])
+    return files
+
+
+def _read_lists(
+    files: list[Path], names: list[str]
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+    """Ids and labels (None without a label column) in id order, and each fixed-size-list
+    column of `names` as an (N, p) float32 array in id order, read record batch by record batch
+    into arrays allocated once: the peak memory is the arrays plus one batch."""
+    schema = pq.read_schema(files[0])
+    key_names = ["id", *(["label"] if "label" in schema.names else [])]
+    keys = pa.concat_tables([pq.read_table(f, columns=key_names) for f in files])
     ids = keys.column("id").to_numpy()
     order = np.argsort(ids, kind="stable")
     position = np.empty_like(order)
     position[order] = np.arange(len(order))  # row r of the shards goes to position[r]
-    schema = pq.read_schema(files[0])
-    views = ["view_a", "view_b"] if "view_a" in schema.names else []
-    names = list(dict.fromkeys([column, *views]))
     arrays = {
         name: np.empty((len(ids), schema.field(name).type.list_size), dtype=np.float32)
         for name in names
@@ -363,9 +357,26 @@ def read_split(root: Path, split: str, column: str = "x") -> Split:
                 arrays[name][rows] = list_to_numpy(batch.column(name))
             offset += batch.num_rows
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed batches otherwise
+    labels = keys.column("label").to_numpy()[order] if "label" in key_names else None
+    return ids[order], labels, arrays
+
+
+def read_pairs(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The (x, y) pairs of `split` under data/, ordered by id. Shape: (N, px), (N, py)."""
+    _, _, arrays = _read_lists(_shards(root, split), ["x", "y"])
+    return arrays["x"], arrays["y"]
+
+
+def read_split(root: Path, split: str, column: str = "x") -> Split:
+    """Read every shard of `split` under `root` (data/ or features/), ordered by id."""
+    files = _shards(root, split)
+    views = ["view_a", "view_b"] if "view_a" in pq.read_schema(files[0]).names else []
+    ids, labels, arrays = _read_lists(files, list(dict.fromkeys([column, *views])))
+    if labels is None:
+        raise ValueError(f"{files[0]}: no label column")
     return Split(
-        ids=ids[order],
-        labels=keys.column("label").to_numpy()[order],
+        ids=ids,
+        labels=labels,
         x=arrays[column],
         view_a=arrays.get("view_a"),
         view_b=arrays.get("view_b"),

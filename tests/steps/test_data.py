@@ -357,6 +357,29 @@ def test_read_split_reads_views_and_other_columns(
         data.read_split(tmp_path / "features", "test")
 
 
+def test_read_pairs_reads_x_and_y_ordered_by_id(tmp_path: Path) -> None:
+    folder = tmp_path / "data" / "split=train"
+    folder.mkdir(parents=True)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    y = np.arange(8, dtype=np.float32).reshape(4, 2) + 50
+    for k, rows in enumerate(([3, 1], [0, 2])):  # ids out of order, no label column
+        pq.write_table(
+            pa.table(
+                {
+                    "id": pa.array(rows, pa.int64()),
+                    "x": data.list_column(x[rows]),
+                    "y": data.list_column(y[rows]),
+                }
+            ),
+            folder / f"part-{k:05d}.parquet",
+        )
+    back_x, back_y = data.read_pairs(tmp_path / "data", "train")
+    np.testing.assert_array_equal(back_x, x)
+    np.testing.assert_array_equal(back_y, y)
+    with pytest.raises(ValueError, match="no label column"):
+        data.read_split(tmp_path / "data", "train")
+
+
 def test_list_column_round_trip() -> None:
     x = np.arange(10, dtype=np.float64).reshape(5, 2)
     column = data.list_column(x)
