@@ -7,6 +7,9 @@ warm-up) next to its reference measured in the same run, with the peak device me
 - nt_xent: crl.losses.nt_xent (path "auto") against the plain-torch formulation, forward +
   backward, D = 128, T = 0.1. The reference runs out of memory first: then its columns are NaN
   and the note says so.
+- info_nce, lse_risk: crl.losses on shared negatives (`scores_shared`, path "auto": fused at
+  these sizes) against the plain formulation (`F.cross_entropy` of [pos, neg] / T;
+  `T (logsumexp((neg - pos) / T) - log m)` averaged), forward + backward, d = 128, T = 0.1.
 - dense_info_nce: DenseCL's setting (7 x 7 grid, C = 128, queue 65536, T = 0.2) against the
   unchunked MoCo-style logits + F.cross_entropy, forward + backward.
 - rademacher.linear: sign-suprema (d = 32, 64 draws, p = 128) against the same run's float32
@@ -35,10 +38,11 @@ import torch.nn.functional as F
 from crl import rademacher
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
-from crl.losses import nt_xent
+from crl.losses import info_nce, lse_risk, nt_xent, scores_shared
 
 FULL = {
     "nt_xent": (4096, 16384, 65536),
+    "scores": ((65536, 4096), (65536, 16384)),  # n anchors x m shared negatives
     "dense": (16, 64),  # images per batch
     "dense_queue": 65536,
     "sign_rows": 10_000_000,
@@ -48,6 +52,7 @@ FULL = {
 }
 SMALL = {
     "nt_xent": (8, 64),
+    "scores": ((64, 8),),
     "dense": (2,),
     "dense_queue": 256,
     "sign_rows": 4096,
@@ -142,6 +147,41 @@ def bench_nt_xent(device: torch.device, sizes: dict) -> list[dict]:
     return rows
 
 
+def plain_score_loss(name: str, fx, fpos, fneg, temperature: float) -> torch.Tensor:
+    """InfoNCE or the LSE risk on shared negatives as a user writes it."""
+    pos, neg = (fx * fpos).sum(1, keepdim=True), fx @ fneg.T  # (n, 1), (n, m)
+    if name == "info_nce":
+        target = torch.zeros(fx.shape[0], dtype=torch.long, device=fx.device)
+        return F.cross_entropy(torch.cat([pos, neg], dim=1) / temperature, target)
+    lse = torch.logsumexp((neg - pos) / temperature, dim=1) - math.log(neg.shape[1])
+    return (temperature * lse).mean()
+
+
+def crl_score_loss(name: str, fx, fpos, fneg, temperature: float) -> torch.Tensor:
+    loss = info_nce if name == "info_nce" else lse_risk
+    return loss((fx * fpos).sum(1), scores_shared(fx, fneg), temperature)
+
+
+def bench_scores(device: torch.device, sizes: dict) -> list[dict]:
+    rows = []
+    for n, m in sizes["scores"]:
+        gen = torch.Generator(device=device).manual_seed(n + m)
+        fx, fpos = (
+            F.normalize(torch.randn(n, 128, generator=gen, device=device), dim=1) for _ in "ab"
+        )
+        fneg = F.normalize(torch.randn(m, 128, generator=gen, device=device), dim=1)
+        inputs = tuple(t.requires_grad_() for t in (fx, fpos, fneg))
+        for name in ("info_nce", "lse_risk"):
+            results = [
+                _measure(
+                    _backward(inputs, partial(fn, name, *inputs, 0.1)), device, sizes["rounds"]
+                )
+                for fn in (crl_score_loss, plain_score_loss)
+            ]
+            rows.append(_pair(name, {"n": n, "m": m}, *results, "plain torch"))
+    return rows
+
+
 def bench_dense(device: torch.device, sizes: dict) -> list[dict]:
     rows = []
     k, c, q = 49, 128, sizes["dense_queue"]
@@ -219,7 +259,7 @@ def run(small: bool = False, device: str | None = None) -> list[dict]:
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     sizes = SMALL if small else FULL
     rows = []
-    for bench in (bench_nt_xent, bench_dense, bench_signs, bench_embed):
+    for bench in (bench_nt_xent, bench_scores, bench_dense, bench_signs, bench_embed):
         rows += [{"device": str(dev), **row} for row in bench(dev, sizes)]
     return rows
 

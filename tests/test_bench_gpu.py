@@ -19,7 +19,14 @@ def test_gpu_bench_runs_small_on_cpu_and_agrees_with_its_references() -> None:
     )
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     benches = {row["bench"] for row in rows}
-    assert benches == {"nt_xent", "dense_info_nce", "rademacher.linear", "random_conv embed"}
+    assert benches == {
+        "nt_xent",
+        "info_nce",
+        "lse_risk",
+        "dense_info_nce",
+        "rademacher.linear",
+        "random_conv embed",
+    }
     for row in rows:
         assert row["device"] == "cpu" and not row.get("note"), row
         if "max_abs_diff" in row:

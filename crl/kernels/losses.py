@@ -1,10 +1,16 @@
 """Contrastive loss kernels: Saunshi et al. 2019 (THEORY A), Li et al. 2026 (THEORY B), NT-Xent.
 
 Every kernel is a pure function of torch tensors; it runs on the device of its inputs and is
-differentiable. Exponentials are only taken inside `logsumexp` / `logaddexp`, so float32 inputs
-with |score / T| up to 1e4 give finite values and finite gradients. Means over anchors are
-accumulated in float64 and cast back to the input dtype (nt_xent's plain path, at most
-PLAIN_MAX_ROWS anchors, leaves the mean to F.cross_entropy).
+differentiable. Exponentials are only taken inside log-sum-exps, so float32 inputs with
+|score / T| up to 1e4 give finite values and finite gradients.
+
+Paths by size. Where a kernel has a `path`, "auto" runs the formulation a user writes in plain
+torch (autograd through a few ops, differentiable twice) up to a size where its fixed costs
+dominate, and above it a fused kernel that computes its gradient in the forward pass (fewer
+passes, less memory, differentiable once; bench/kernels_scores.py and
+bench/kernels_losses.py measure both). Fused means over anchors are accumulated in float64 and
+cast back to the input dtype; plain means are torch's, in the input dtype, over at most
+PLAIN_MAX_SCORES scores or PLAIN_MAX_ROWS rows.
 """
 
 from __future__ import annotations
@@ -17,13 +23,16 @@ import torch.nn.functional as F
 
 from crl.kernels import _validate
 from crl.kernels.fused_contrast import nt_xent_blocked
+from crl.kernels.fused_scores import log_sum_exp_loss
 
 __all__ = [
     "BINARY_LOSSES",
     "LN2",
     "NT_XENT_PATHS",
     "PLAIN_MAX_ROWS",
+    "PLAIN_MAX_SCORES",
     "REDUCTIONS",
+    "SCORE_PATHS",
     "binary",
     "hinge",
     "info_nce",
@@ -43,13 +52,15 @@ BINARY_LOSSES = ("hinge", "logistic")  # the one-negative losses of Saunshi et a
 REDUCTIONS = ("mean", "none")
 NT_XENT_PATHS = ("auto", "plain", "blocked")
 PLAIN_MAX_ROWS = 256  # nt_xent "auto": plain up to this many rows (bench/kernels_losses.py)
+SCORE_PATHS = ("auto", "plain", "fused")
+PLAIN_MAX_SCORES = 4096  # score losses "auto": plain up to n m scores (bench/kernels_scores.py)
 
 
-def _reduce(per_anchor: torch.Tensor, reduction: str) -> torch.Tensor:
-    """Mean over anchors accumulated in float64 (`reduction="mean"`), or the (n,) vector."""
-    if reduction == "none":
-        return per_anchor
-    return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype)
+def _fused(path: str, scores: torch.Tensor) -> bool:
+    """Whether a score loss on `scores` (n, m) runs fused: `path` "fused", or "auto" above
+    PLAIN_MAX_SCORES scores."""
+    _validate.choice("path", path, SCORE_PATHS)
+    return path == "fused" or (path == "auto" and scores.numel() > PLAIN_MAX_SCORES)
 
 
 def _pos_neg(pos: object, neg: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +111,7 @@ def triplet_score(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> t
     for name, value in (("fpos", fpos), ("fneg", fneg)):
         t = _validate.floating(name, value)
         _validate.shape(name, t, f"{tuple(fx.shape)} (shape of fx)", t.shape == fx.shape)
-    return torch.einsum("nd,nd->n", fx, fneg - fpos)
+    return (fx * (fneg - fpos)).sum(dim=1)  # an einsum here is 4-20x slower forward + backward
 
 
 def one_negative(q: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
@@ -114,20 +125,25 @@ def one_negative(q: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
     return hinge(q) if loss == "hinge" else logistic(q)
 
 
-def k_negative(v: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
+def k_negative(v: torch.Tensor, loss: str = "hinge", path: str = "auto") -> torch.Tensor:
     """Saunshi k-negative loss (Sec. 6) from margins v_i = f(x)^T (f(x+) - f(x_i-)).
 
     hinge: max(0, 1 + max_i(-v_i)); logistic: log2(1 + sum_i exp(-v_i)), computed as
     logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2. For k = 1 this equals
-    `one_negative(-v[:, 0], loss)`.
+    `one_negative(-v[:, 0], loss)`. path (logistic only): "plain" (autograd through the
+    logsumexp), "fused" (crl.kernels.fused_scores) or "auto": plain up to PLAIN_MAX_SCORES
+    margins n k, fused above.
 
     Shape: v (n, k) with k >= 1 -> (n,).
     """
     _validate.choice("loss", loss, BINARY_LOSSES)
     v = _validate.floating("v", v)
     _validate.shape("v", v, "(n, k) with k >= 1", v.ndim == 2 and v.shape[1] >= 1)
+    fused = _fused(path, v)
     if loss == "hinge":
         return torch.clamp_min(1.0 - v.amin(dim=1), 0.0)
+    if fused:  # logits (v - 0) / -1 = -v
+        return log_sum_exp_loss(None, v, -1.0, True, 1.0 / LN2)
     zero = v.new_zeros(v.shape[0], 1)  # (n, 1)
     return torch.logsumexp(torch.cat([zero, -v], dim=1), dim=1) / LN2  # (n,)
 
@@ -152,7 +168,7 @@ def k_negative_margins(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor)
     _validate.shape(
         "fneg", fneg, f"({n}, k, {d}) or (k, {d}) with k >= 1", ok and fneg.shape[-2] >= 1
     )
-    pos = torch.einsum("nd,nd->n", fx, fpos)  # (n,)
+    pos = (fx * fpos).sum(dim=1)  # (n,); an einsum is 4-20x slower forward + backward
     return pos[:, None] - (scores_own(fx, fneg) if fneg.ndim == 3 else scores_shared(fx, fneg))
 
 
@@ -192,7 +208,11 @@ def scores_shared(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
 
 
 def lse_risk(
-    pos: torch.Tensor, neg: torch.Tensor, temperature: float, reduction: str = "mean"
+    pos: torch.Tensor,
+    neg: torch.Tensor,
+    temperature: float,
+    reduction: str = "mean",
+    path: str = "auto",
 ) -> torch.Tensor:
     """Li et al. empirical LSE risk (THEORY B), SCRL and SSCRL alike.
 
@@ -200,35 +220,47 @@ def lse_risk(
     - log m) with D_ij = Delta(x_i, y_i, y'_ij) = neg_ij - pos_i. The positive is NOT in the
     denominator (compare `info_nce`). `reduction="mean"` gives Lhat(s) = (1/n) sum_i.
 
+    path: "plain" (`T (logsumexp((neg - pos) / T) - log m)` through autograd), "fused"
+    (crl.kernels.fused_scores) or "auto": plain up to PLAIN_MAX_SCORES scores n m, fused above.
+
     Shape: pos (n,), neg (n, m) -> () for "mean", (n,) for "none".
     """
     _validate.choice("reduction", reduction, REDUCTIONS)
     T = _validate.positive("temperature", temperature)
     pos, neg = _pos_neg(pos, neg)
-    delta = (neg - pos[:, None]) / T  # (n, m)
-    per_anchor = T * (torch.logsumexp(delta, dim=1) - math.log(neg.shape[1]))  # (n,)
-    return _reduce(per_anchor, reduction)
+    log_m = math.log(neg.shape[1])
+    if _fused(path, neg):
+        return log_sum_exp_loss(pos, neg, T, False, T, log_m, mean=reduction == "mean")
+    per_anchor = T * (torch.logsumexp((neg - pos[:, None]) / T, dim=1) - log_m)  # (n,)
+    return per_anchor.mean() if reduction == "mean" else per_anchor
 
 
 def info_nce(
-    pos: torch.Tensor, neg: torch.Tensor, temperature: float, reduction: str = "mean"
+    pos: torch.Tensor,
+    neg: torch.Tensor,
+    temperature: float,
+    reduction: str = "mean",
+    path: str = "auto",
 ) -> torch.Tensor:
     """InfoNCE: per anchor log(1 + sum_j exp((neg_ij - pos_i) / T)) (THEORY B, C).
 
     Equals -log( e^{pos/T} / (e^{pos/T} + sum_j e^{neg_j/T}) ): the positive is in the
-    denominator and there is no T factor outside. Computed as the cross-entropy of the logits
-    [0, D_i / T] against class 0 (logsumexp over [0, D_i / T], fused).
+    denominator and there is no T factor outside.
+
+    path: "plain" (`F.cross_entropy` of the logits [pos, neg] / T against class 0), "fused"
+    (crl.kernels.fused_scores, on (neg - pos) / T) or "auto": plain up to PLAIN_MAX_SCORES
+    scores n m, fused above.
 
     Shape: pos (n,), neg (n, m) -> () for "mean", (n,) for "none".
     """
     _validate.choice("reduction", reduction, REDUCTIONS)
     T = _validate.positive("temperature", temperature)
     pos, neg = _pos_neg(pos, neg)
-    delta = (neg - pos[:, None]) / T  # (n, m)
-    logits = torch.cat([delta.new_zeros(delta.shape[0], 1), delta], dim=1)  # (n, 1 + m)
-    target = torch.zeros(delta.shape[0], dtype=torch.long, device=delta.device)  # (n,)
-    per_anchor = F.cross_entropy(logits, target, reduction="none")  # (n,)
-    return _reduce(per_anchor, reduction)
+    if _fused(path, neg):
+        return log_sum_exp_loss(pos, neg, T, True, mean=reduction == "mean")
+    logits = torch.cat([pos[:, None], neg], dim=1) / T  # (n, 1 + m), the positive in column 0
+    target = torch.zeros(neg.shape[0], dtype=torch.long, device=neg.device)  # (n,)
+    return F.cross_entropy(logits, target, reduction=reduction)
 
 
 def nt_xent(

@@ -106,12 +106,13 @@ def test_triplet_score_loop() -> None:
 # ---- k negatives ----
 
 
+@pytest.mark.parametrize("path", losses.SCORE_PATHS)
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
 @pytest.mark.parametrize("n,k", [(1, 1), (5, 1), (4, 3), (6, 10)])
-def test_k_negative_loop(loss: str, n: int, k: int) -> None:
+def test_k_negative_loop(loss: str, n: int, k: int, path: str) -> None:
     v = _randn(n, k, seed=n * 31 + k)
     expected = ref_k_negative(v.tolist(), loss)
-    torch.testing.assert_close(losses.k_negative(v, loss).tolist(), expected)
+    torch.testing.assert_close(losses.k_negative(v, loss, path=path).tolist(), expected)
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
@@ -144,16 +145,120 @@ def test_k_negative_margins_own_and_shared_loops() -> None:
 # ---- LSE risk (Li et al.) and InfoNCE ----
 
 
+@pytest.mark.parametrize("path", losses.SCORE_PATHS)
+@pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("T", [0.1, 0.5, 2.0])
 @pytest.mark.parametrize("n,m", [(1, 1), (4, 3), (7, 16)])
-def test_lse_risk_and_info_nce_loops(T: float, n: int, m: int) -> None:
-    pos, neg = _randn(n, seed=n + m), _randn(n, m, seed=n * m + 7)
+def test_lse_risk_and_info_nce_loops(T: float, n: int, m: int, grad: bool, path: str) -> None:
+    pos = _randn(n, seed=n + m).requires_grad_(grad)
+    neg = _randn(n, m, seed=n * m + 7).requires_grad_(grad)
     lse_ref = ref_lse_risk(pos.tolist(), neg.tolist(), T)
     nce_ref = ref_info_nce(pos.tolist(), neg.tolist(), T)
-    torch.testing.assert_close(losses.lse_risk(pos, neg, T, reduction="none").tolist(), lse_ref)
-    torch.testing.assert_close(losses.info_nce(pos, neg, T, reduction="none").tolist(), nce_ref)
-    assert losses.lse_risk(pos, neg, T).item() == pytest.approx(sum(lse_ref) / n, rel=1e-12)
-    assert losses.info_nce(pos, neg, T).item() == pytest.approx(sum(nce_ref) / n, rel=1e-12)
+    for f, ref in ((losses.lse_risk, lse_ref), (losses.info_nce, nce_ref)):
+        per_anchor = f(pos, neg, T, reduction="none", path=path)
+        torch.testing.assert_close(per_anchor.tolist(), ref, rtol=1e-12, atol=1e-12)
+        mean = f(pos, neg, T, path=path)
+        assert mean.item() == pytest.approx(sum(ref) / n, rel=1e-12)
+
+
+def ref_score_gradients(
+    pos: list[float], neg: list[list[float]], T: float, zero_logit: bool
+) -> tuple[list[float], list[list[float]]]:
+    """d/dpos and d/dneg of sum_i l_i, l = info_nce (zero logit) or lse_risk, by the softmax."""
+    grad_pos, grad_neg = [], []
+    for p, row in zip(pos, neg, strict=True):
+        e = [math.exp((nj - p) / T) for nj in row]
+        total = sum(e) + (1.0 if zero_logit else 0.0)
+        scale = 1.0 / T if zero_logit else 1.0  # info_nce has no factor T outside, lse has
+        grad_neg.append([scale * ej / total for ej in e])
+        grad_pos.append(-scale * sum(e) / total)
+    return grad_pos, grad_neg
+
+
+@pytest.mark.parametrize("reduction", losses.REDUCTIONS)
+@pytest.mark.parametrize("name", ["lse_risk", "info_nce"])
+@pytest.mark.parametrize("path", ["plain", "fused"])
+def test_score_loss_gradients_loop(path: str, name: str, reduction: str) -> None:
+    n, m, T = 6, 9, 0.4
+    pos = _randn(n, seed=3).requires_grad_()
+    neg = _randn(n, m, seed=4).requires_grad_()
+    value = getattr(losses, name)(pos, neg, T, reduction=reduction, path=path)
+    weight = torch.linspace(0.5, 2.0, n, dtype=torch.float64)  # a grad_output that is not 1
+    (value * weight).sum().backward() if reduction == "none" else (2.5 * value).backward()
+    ref_pos, ref_neg = ref_score_gradients(pos.tolist(), neg.tolist(), T, name == "info_nce")
+    w = weight.tolist() if reduction == "none" else [2.5 / n] * n
+    torch.testing.assert_close(
+        pos.grad.tolist(), [g * wi for g, wi in zip(ref_pos, w, strict=True)], rtol=1e-12, atol=0
+    )
+    expected = [[g * wi for g in row] for row, wi in zip(ref_neg, w, strict=True)]
+    torch.testing.assert_close(neg.grad.tolist(), expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("reduction", losses.REDUCTIONS)
+def test_fused_score_losses_equal_plain_at_size(reduction: str) -> None:
+    """Above PLAIN_MAX_SCORES "auto" runs fused; values and gradients equal the plain path."""
+    n, m, T = 300, 40, 0.07
+    assert n * m > losses.PLAIN_MAX_SCORES
+    pos0, neg0 = _randn(n, seed=5), 0.9 * _randn(n, m, seed=6)
+    for name in ("lse_risk", "info_nce", "k_negative"):
+        got = {}
+        for path in ("plain", "auto"):
+            pos, neg = pos0.clone().requires_grad_(), neg0.clone().requires_grad_()
+            if name == "k_negative":
+                value = losses.k_negative(neg, "logistic", path=path)
+                value = value.mean() if reduction == "mean" else value
+            else:
+                value = getattr(losses, name)(pos, neg, T, reduction=reduction, path=path)
+            fused = value.grad_fn is not None and "LogSumExp" in type(value.grad_fn).__name__
+            assert fused == (path == "auto") or name == "k_negative"
+            value.sum().backward()
+            got[path] = (value.detach(), neg.grad, pos.grad)
+        torch.testing.assert_close(got["auto"][0], got["plain"][0], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(got["auto"][1], got["plain"][1], rtol=1e-10, atol=1e-15)
+        if name != "k_negative":
+            torch.testing.assert_close(got["auto"][2], got["plain"][2], rtol=1e-10, atol=1e-15)
+
+
+def test_auto_path_is_plain_up_to_the_threshold() -> None:
+    neg = _randn(4, losses.PLAIN_MAX_SCORES // 4).requires_grad_()
+    pos = _randn(4).requires_grad_()
+    for f in (losses.lse_risk, losses.info_nce):
+        assert "LogSumExp" not in type(f(pos, neg, 0.5).grad_fn).__name__
+        assert "LogSumExp" in type(f(pos, neg, 0.5, path="fused").grad_fn).__name__
+    assert "LogSumExp" in type(losses.k_negative(neg, "logistic", "fused").grad_fn).__name__
+
+
+def test_fused_path_differentiates_once_plain_twice() -> None:
+    pos, neg = _randn(3, seed=1).requires_grad_(), _randn(3, 4, seed=2).requires_grad_()
+    for f in (losses.lse_risk, losses.info_nce):
+        assert torch.autograd.gradgradcheck(
+            lambda p, q, f=f: f(p, q, 0.3, path="plain"), (pos, neg)
+        )
+        (grad,) = torch.autograd.grad(f(pos, neg, 0.3, path="fused"), neg, create_graph=True)
+        assert not grad.requires_grad  # a second derivative raises, it is never a silent zero
+        with pytest.raises(RuntimeError):
+            grad.sum().backward()
+
+
+def test_fused_without_grad_equals_with_grad() -> None:
+    pos, neg = _randn(5, seed=1), _randn(5, 7, seed=2)
+    for f in (losses.lse_risk, losses.info_nce):
+        for reduction in losses.REDUCTIONS:
+            plain = f(pos, neg, 0.2, reduction=reduction, path="fused")
+            graded = f(pos.clone().requires_grad_(), neg, 0.2, reduction=reduction, path="fused")
+            assert torch.equal(plain, graded.detach())
+
+
+def test_fused_infinite_scores_as_logsumexp() -> None:
+    """Fused: a score of +inf gives +inf; a row of -inf gives -inf (LSE) and 0 (InfoNCE)."""
+    pos = torch.zeros(2, dtype=torch.float64)
+    neg = torch.tensor([[0.0, math.inf], [-math.inf, -math.inf]], dtype=torch.float64)
+    lse = losses.lse_risk(pos, neg, 1.0, reduction="none", path="fused")
+    assert lse.tolist() == [math.inf, -math.inf]
+    assert losses.info_nce(pos, neg, 1.0, reduction="none", path="fused").tolist() == [
+        math.inf,
+        0.0,
+    ]
 
 
 def test_sscrl_shared_negatives_feed_the_same_kernel() -> None:
@@ -178,15 +283,16 @@ def test_equal_scores_closed_forms(m: int) -> None:
     rows=st.lists(st.floats(-20, 20), min_size=1, max_size=12),
     pos=st.floats(-20, 20),
     T=st.floats(0.05, 10.0),
+    path=st.sampled_from(["plain", "fused"]),
 )
-def test_lse_risk_bounds(rows: list[float], pos: float, T: float) -> None:
+def test_lse_risk_bounds(rows: list[float], pos: float, T: float, path: str) -> None:
     """max_j D_j - T log m <= lse_risk <= max_j D_j; info_nce >= lse_risk / T + log m."""
     p = torch.tensor([pos], dtype=torch.float64)
     neg = torch.tensor([rows], dtype=torch.float64)
     m, top = len(rows), max(rows) - pos
-    risk = losses.lse_risk(p, neg, T).item()
+    risk = losses.lse_risk(p, neg, T, path=path).item()
     assert top - T * math.log(m) - 1e-9 <= risk <= top + 1e-9
-    assert losses.info_nce(p, neg, T).item() >= risk / T + math.log(m) - 1e-9
+    assert losses.info_nce(p, neg, T, path=path).item() >= risk / T + math.log(m) - 1e-9
 
 
 # ---- NT-Xent ----
@@ -277,8 +383,11 @@ GRAD_CASES = {
     "one_negative_logistic": lambda x: losses.one_negative(x[:, 0], "logistic"),
     "k_negative_hinge": lambda x: losses.k_negative(x, "hinge"),
     "k_negative_logistic": lambda x: losses.k_negative(x, "logistic"),
+    "k_negative_logistic_fused": lambda x: losses.k_negative(x, "logistic", "fused"),
     "lse_risk": lambda x: losses.lse_risk(x[:, 0], x[:, 1:], 0.3),
+    "lse_risk_fused": lambda x: losses.lse_risk(x[:, 0], x[:, 1:], 0.3, "none", "fused"),
     "info_nce": lambda x: losses.info_nce(x[:, 0], x[:, 1:], 0.3, reduction="none"),
+    "info_nce_fused": lambda x: losses.info_nce(x[:, 0], x[:, 1:], 0.3, path="fused"),
     "nt_xent": lambda x: losses.nt_xent(x[:2], x[2:], 0.4),
     "triplet_score": lambda x: losses.triplet_score(x[:, :2], x[:, 2:4], x[:, 3:5]),
     "k_negative_margins": lambda x: losses.k_negative_margins(x[:, :2], x[:, 2:4], x[:3, 3:]),
@@ -302,13 +411,15 @@ def test_stable_at_scores_over_t_of_1e4_float32(sign: float) -> None:
     T = 1e-4
     pos = torch.zeros(3, requires_grad=True)
     neg = (sign * torch.ones(3, 4)).requires_grad_()  # (neg - pos) / T = +-1e4
-    for f in (losses.lse_risk, losses.info_nce):
-        _finite_with_grad(f(pos, neg, T, reduction="none"), neg)
-    risk = losses.lse_risk(pos, neg, T, reduction="none")
-    torch.testing.assert_close(risk, torch.full((3,), sign))  # all D_j equal: risk = D
+    for path in ("plain", "fused"):
+        for f in (losses.lse_risk, losses.info_nce):
+            _finite_with_grad(f(pos, neg, T, reduction="none", path=path), neg)
+        risk = losses.lse_risk(pos, neg, T, reduction="none", path=path)
+        torch.testing.assert_close(risk, torch.full((3,), sign))  # all D_j equal: risk = D
     v = (sign * 1e4 * torch.ones(3, 2)).requires_grad_()
     for loss in ("hinge", "logistic"):
         _finite_with_grad(losses.k_negative(v, loss), v)
+        _finite_with_grad(losses.k_negative(v, loss, path="fused"), v)
         _finite_with_grad(losses.one_negative(v[:, 0], loss), v)
     z1 = torch.randn(6, 5, generator=_gen(0)).requires_grad_()
     z2 = (sign * z1 + 0.1 * torch.randn(6, 5, generator=_gen(1))).detach()
@@ -343,6 +454,9 @@ BAD_INPUTS = [
     (lambda: losses.info_nce(P, torch.zeros(3, 0), 1.0), "neg"),
     (lambda: losses.info_nce(P, N, 0), "temperature"),
     (lambda: losses.info_nce(P, N, 1.0, reduction="max"), "reduction"),
+    (lambda: losses.info_nce(P, N, 1.0, path="fast"), "path"),
+    (lambda: losses.lse_risk(P, N, 1.0, path="blocked"), "path"),
+    (lambda: losses.k_negative(N, "logistic", path="plainly"), "path"),
     (lambda: losses.nt_xent(A, torch.zeros(3, 3), 0.5), "z2"),
     (lambda: losses.nt_xent(torch.zeros(1, 2), torch.zeros(1, 2), 0.5), "z1"),
     (lambda: losses.nt_xent(A, A, -0.5), "temperature"),

@@ -1,0 +1,104 @@
+"""Score-based contrastive losses with their gradient computed in the forward pass.
+
+InfoNCE, Li et al.'s LSE risk and Saunshi et al.'s k-negative logistic loss are one log-sum-exp
+per anchor over logits a_ij = (neg_ij - pos_i) / t, with or without a zero logit:
+
+    l_i = factor (log(z_i + sum_j e^{a_ij}) - shift),    z_i = 1 (zero logit) or 0,
+
+    info_nce   t = T,  zero logit,     factor = 1,       shift = 0
+    lse        t = T,  no zero logit,  factor = T,       shift = log m
+    logistic   t = -1, zero logit,     factor = 1/ln 2,  shift = 0, pos = 0, neg = the margins v
+
+With p_ij = e^{a_ij} / (z_i + sum_k e^{a_ik}) (the softmax over the row, zero logit included),
+dl_i/dneg_ij = (factor / t) p_ij and dl_i/dpos_i = -(factor / t) sum_j p_ij, where
+sum_j p_ij = 1 - e^{-lse_i} with the zero logit and 1 without it.
+
+Autograd through the plain formulation (concatenate the zero logit, divide, log-softmax, pick,
+average) allocates about four n x m buffers and runs some ten operations each way. Here the
+forward pass makes one n x m buffer, turns it into p in place and keeps it; backward is one
+scale of p. The mean over anchors is accumulated in float64 inside the forward pass. Rows
+holding +inf give +inf and rows of -inf (without the zero logit) give -inf, as
+`torch.logsumexp` does. The result is differentiable once: a second derivative raises
+(`losses.info_nce(..., path="plain")` and `lse_risk(..., path="plain")` are twice
+differentiable).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["log_sum_exp_loss"]
+
+
+def _forward(
+    pos: torch.Tensor | None,
+    neg: torch.Tensor,
+    t: float,
+    zero_logit: bool,
+    factor: float,
+    shift: float,
+    with_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-anchor losses (n,), the log-sum-exp lse_i (n,) and, `with_grad`, p (n, m)."""
+    logits = (torch.sub(neg, pos[:, None]) if pos is not None else neg.clone()).div_(t)  # a_ij
+    top = logits.amax(dim=1, keepdim=True)  # (n, 1)
+    if zero_logit:
+        top.clamp_min_(0.0)
+    top.masked_fill_(top.isinf(), 0.0)  # as torch.logsumexp: +-inf rows give +-inf, not NaN
+    expd = logits.sub_(top).exp_()  # (n, m) e^{a_ij - top_i}, in place
+    total = expd.sum(dim=1, keepdim=True)  # (n, 1)
+    if zero_logit:
+        total.add_(top.neg().exp_())
+    soft = expd.div_(total) if with_grad else None  # (n, m) p_ij, in place
+    lse = total.log_().add_(top).squeeze(1)  # (n,)
+    per_anchor = lse if factor == 1.0 and not shift else (lse - shift).mul_(factor)
+    return per_anchor, lse, soft
+
+
+class _LogSumExpLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pos, neg, t, zero_logit, factor, shift, mean):
+        per_anchor, lse, soft = _forward(pos, neg, t, zero_logit, factor, shift, True)
+        ctx.save_for_backward(soft, lse if zero_logit else None)
+        ctx.scale, ctx.mean = factor / t, mean
+        if mean:
+            return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype)
+        return per_anchor
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        soft, lse = ctx.saved_tensors
+        if ctx.mean:  # every anchor weighs 1/n
+            weight = grad_output * (ctx.scale / soft.shape[0])  # ()
+            grad_neg = soft * weight
+        else:
+            weight = grad_output * ctx.scale  # (n,)
+            grad_neg = soft * weight[:, None]
+        grad_pos = None
+        if ctx.needs_input_grad[0]:  # -(sum_j p_ij) weight: sum_j p_ij = 1 - e^{-lse_i} or 1
+            grad_pos = torch.expm1(-lse).mul_(weight) if lse is not None else -weight
+            grad_pos = grad_pos.expand(soft.shape[0])
+        return grad_pos, grad_neg, None, None, None, None, None
+
+
+def log_sum_exp_loss(
+    pos: torch.Tensor | None,
+    neg: torch.Tensor,
+    t: float,
+    zero_logit: bool,
+    factor: float = 1.0,
+    shift: float = 0.0,
+    mean: bool = False,
+) -> torch.Tensor:
+    """factor (log(z_i + sum_j e^{(neg_ij - pos_i) / t}) - shift) per anchor, or its mean.
+
+    pos None means pos = 0; z_i = 1 with `zero_logit`, else 0. The gradient is computed in the
+    forward pass when an input requires it and grad mode is on; differentiable once.
+    Shape: pos (n,) or None, neg (n, m) -> (n,), or () with `mean`.
+    """
+    needs = neg.requires_grad or (pos is not None and pos.requires_grad)
+    if torch.is_grad_enabled() and needs:
+        return _LogSumExpLoss.apply(pos, neg, t, zero_logit, factor, shift, mean)
+    per_anchor, _, _ = _forward(pos, neg, t, zero_logit, factor, shift, False)
+    return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype) if mean else per_anchor
