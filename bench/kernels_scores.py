@@ -3,7 +3,9 @@
 Kernels (crl.losses): InfoNCE (`info_nce`) and Li et al.'s LSE risk (`lse_risk`) on the
 negative scores of own negatives (`scores_own`, fneg (n, m, d)) and of shared negatives
 (`scores_shared`, fneg (m, d)); Saunshi et al.'s k-negative hinge and logistic losses
-(`k_negative_margins` + `k_negative`, own negatives, k = m). The positive score is
+(`k_negative_margins` + `k_negative`, own negatives, k = m); InfoNCE and the LSE risk of shared
+negatives from the features (`shared_negatives_loss(fx, fpos, fneg)`: row blocks at large
+n m, the n x m scores never whole). The positive score is
 (fx * fpos).sum(1), as in crl.kernels.learner. Each runs against the formulation a user writes
 in plain torch, on the same tensors: negative scores `torch.bmm(fneg, fx[:, :, None])` (own) or
 `fx @ fneg.T` (shared); InfoNCE `F.cross_entropy([pos, neg] / T, 0)`; LSE
@@ -12,7 +14,8 @@ logistic `log2(1 + sum_i exp(neg_i - pos))` (finite here: unit features, |scores
 
 Setting: float32 CPU, d = 128, T = 0.1, unit-norm features, one forward + backward of the loss
 averaged over anchors, with respect to fx, fpos and fneg, for each (n anchors, m negatives) in
-SIZES.
+SIZES, then the shared-negative kernels alone at SHARED_SIZES (CLIP-scale sets, where the plain
+formulation's n x m buffers no longer fit).
 
 Time: per size, one fresh child process under the address-space limit of bench/_measure.py
 runs every kernel: crl and plain on the same tensors, the first call of each a warm-up, then
@@ -25,7 +28,7 @@ floats). Diffs: |crl value - plain value| and the largest |difference| over the 
 fx, fpos and fneg, from the warm-up calls. Own negatives whose fneg and gradient exceed the
 address-space limit are reported out of memory without being run.
 
-Run: `.venv/bin/python bench/kernels_scores.py` (about 4 minutes on 2 cores);
+Run: `.venv/bin/python bench/kernels_scores.py` (about 8 minutes on 2 cores);
 `--sizes 256x16,4096x256` runs only those n x m; `--json` prints one JSON object a row.
 """
 
@@ -50,10 +53,20 @@ from _measure import (
     table,
 )
 
-from crl.losses import info_nce, k_negative, k_negative_margins, lse_risk, scores_own, scores_shared
+from crl.losses import (
+    info_nce,
+    k_negative,
+    k_negative_margins,
+    lse_risk,
+    scores_own,
+    scores_shared,
+    shared_negatives_loss,
+)
 
 SIZES = ((256, 16), (256, 256), (4096, 16), (4096, 256), (65536, 16), (65536, 256))
+SHARED_SIZES = ((16384, 16384), (32768, 32768))  # large shared sets: SHARED_KERNELS alone
 DIM, T = 128, 0.1
+SHARED_KERNELS = ("shared_negatives/info_nce", "shared_negatives/lse")
 KERNELS = (
     "info_nce/own",
     "info_nce/shared",
@@ -61,6 +74,7 @@ KERNELS = (
     "lse_risk/shared",
     "k_negative/hinge",
     "k_negative/logistic",
+    *SHARED_KERNELS,
 )
 IMPLS = ("crl", "plain")
 REPEAT_SECONDS = 1.0  # timed repeats per kernel and size, crl and plain: about this long,
@@ -82,6 +96,8 @@ def crl_loss(kernel: str, fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tens
     name, variant = kernel.split("/")
     if name == "k_negative":
         return k_negative(k_negative_margins(fx, fpos, fneg), loss=variant).mean()
+    if name == "shared_negatives":
+        return shared_negatives_loss(fx, fpos, fneg, T, loss=variant)
     pos = (fx * fpos).sum(1)  # (n,)
     neg = scores_own(fx, fneg) if fneg.ndim == 3 else scores_shared(fx, fneg)  # (n, m)
     return (info_nce if name == "info_nce" else lse_risk)(pos, neg, T)
@@ -97,10 +113,10 @@ def plain_loss(
         neg = torch.bmm(fneg, fx.unsqueeze(2)).squeeze(2)  # (n, m, d) @ (n, d, 1) -> (n, m)
     else:
         neg = fx @ fneg.T  # (n, m)
-    if name == "info_nce":
+    if name == "info_nce" or kernel == "shared_negatives/info_nce":
         logits = torch.cat([pos, neg], dim=1) / T  # (n, 1 + m), the positive in column 0
         return F.cross_entropy(logits, torch.zeros(fx.shape[0], dtype=torch.long))
-    if name == "lse_risk":
+    if name == "lse_risk" or kernel == "shared_negatives/lse":
         return (T * (torch.logsumexp((neg - pos) / T, dim=1) - math.log(neg.shape[1]))).mean()
     if variant == "hinge":
         return torch.clamp(1 + (neg - pos).max(dim=1).values, min=0).mean()
@@ -253,7 +269,8 @@ def main() -> None:
         "--sizes",
         type=lambda s: tuple(_size(t) for t in s.split(",")),
         default=SIZES,
-        help="n x m pairs, e.g. 256x16,4096x256 (default: all of SIZES)",
+        help="n x m pairs, e.g. 256x16,4096x256 (default: SIZES, then SHARED_SIZES for "
+        "SHARED_KERNELS alone)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object a row, no table")
     args = parser.parse_args()
@@ -261,10 +278,13 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 CPU, d = {DIM}",
         flush=True,
     )
+    runs = [(size, KERNELS) for size in args.sizes]
+    if args.sizes == SIZES:
+        runs += [(size, SHARED_KERNELS) for size in SHARED_SIZES]
     rows = []
-    for n, m in args.sizes:
+    for (n, m), kernels in runs:
         print(f"kernels_scores: n = {n}, m = {m}", file=sys.stderr, flush=True)
-        rows += _rows(n, m, KERNELS)
+        rows += _rows(n, m, kernels)
     if args.json:
         print("\n".join(json.dumps(row) for row in rows))
     else:

@@ -17,6 +17,8 @@ KERNELS = {
     "lse_risk/shared",
     "k_negative/hinge",
     "k_negative/logistic",
+    "shared_negatives/info_nce",
+    "shared_negatives/lse",
 }
 
 

@@ -11,7 +11,7 @@ import crl
 PUBLIC = {
     "losses": ["hinge", "logistic", "binary", "triplet_score", "one_negative", "k_negative",
                "k_negative_margins", "scores_own", "scores_shared", "lse_risk", "info_nce",
-               "nt_xent"],
+               "nt_xent", "shared_negatives_loss"],
     "bounds": ["L0", "c0", "oscillation", "saunshi_gamma", "lemma51_gamma", "collision_term",
                "collision_upper", "transfer", "calibration_rhs", "RATE_SHAPES", "rate_basis",
                "rate_curve", "fit_rate", "fit_power", "critical_m", "critical_m_ci", "m_star_law",

@@ -21,13 +21,20 @@ holding +inf give +inf and rows of -inf (without the zero logit) give -inf, as
 `torch.logsumexp` does. The result is differentiable once: a second derivative raises
 (`losses.info_nce(..., path="plain")` and `lse_risk(..., path="plain")` are twice
 differentiable).
+
+`shared_log_sum_exp_loss` takes the features instead of the scores when the negatives are shared
+by all anchors (SSCRL, a queue, CLIP-scale sets): it computes the scores by row blocks and the
+gradients of the features block by block in the forward pass, so the n x m scores are never
+held whole.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["log_sum_exp_loss"]
+__all__ = ["BLOCK_SCORES", "log_sum_exp_loss", "shared_log_sum_exp_loss"]
+
+BLOCK_SCORES = 2**22  # shared_log_sum_exp_loss: scores per row block (16 MiB in float32)
 
 
 def _forward(
@@ -38,9 +45,14 @@ def _forward(
     factor: float,
     shift: float,
     with_grad: bool,
+    scratch: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-anchor losses (n,), the log-sum-exp lse_i (n,) and, `with_grad`, p (n, m)."""
-    logits = (torch.sub(neg, pos[:, None]) if pos is not None else neg.clone()).div_(t)  # a_ij
+    """Per-anchor losses (n,), the log-sum-exp lse_i (n,) and, `with_grad`, p (n, m).
+    `scratch`: neg is a buffer of the caller's, overwritten (it becomes p)."""
+    if scratch:
+        logits = (neg.sub_(pos[:, None]) if pos is not None else neg).div_(t)  # a_ij
+    else:
+        logits = (torch.sub(neg, pos[:, None]) if pos is not None else neg.clone()).div_(t)
     top = logits.amax(dim=1, keepdim=True)  # (n, 1)
     if zero_logit:
         top.clamp_min_(0.0)
@@ -102,3 +114,74 @@ def log_sum_exp_loss(
         return _LogSumExpLoss.apply(pos, neg, t, zero_logit, factor, shift, mean)
     per_anchor, _, _ = _forward(pos, neg, t, zero_logit, factor, shift, False)
     return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype) if mean else per_anchor
+
+
+class _BlockedSharedLoss(torch.autograd.Function):
+    """The mean of `log_sum_exp_loss` over anchors fx (n, d) with positives fpos (n, d) and
+    negatives fneg (m, d) shared by all, by row blocks. With c = factor / (t n) and s_i =
+    sum_j p_ij, the gradient of the mean is
+
+        d/dfx_i = c (sum_j p_ij fneg_j - s_i fpos_i),   d/dfpos_i = -c s_i fx_i,
+        d/dfneg_j = c sum_i p_ij fx_i,
+
+    accumulated block by block in the forward pass (one matmul for the scores, one each for the
+    two sums: the plain formulation's three), so backward is a scale and memory is
+    O(block x m) besides the inputs and their gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, fx, fpos, fneg, t, zero_logit, factor, shift, block, wants):
+        n = fx.shape[0]
+        total = torch.zeros((), dtype=torch.float64, device=fx.device)
+        inputs = (fx, fpos, fneg)
+        grads = [
+            torch.zeros_like(x) if want else None for x, want in zip(inputs, wants, strict=True)
+        ]
+        g_fx, g_fpos, g_fneg = grads
+        for start in range(0, n, block):
+            xi, pi = fx[start : start + block], fpos[start : start + block]  # (b, d)
+            pos = (xi * pi).sum(dim=1)  # (b,)
+            neg = xi @ fneg.T  # (b, m), the block's scratch buffer
+            per_anchor, lse, soft = _forward(
+                pos, neg, t, zero_logit, factor, shift, any(wants), scratch=True
+            )
+            total += per_anchor.sum(dtype=torch.float64)
+            if soft is None:
+                continue
+            soft_sum = torch.expm1(-lse).neg_() if zero_logit else torch.ones_like(lse)  # (b,)
+            if g_fx is not None:
+                g_fx[start : start + block].addmm_(soft, fneg).sub_(soft_sum[:, None] * pi)
+            if g_fpos is not None:
+                g_fpos[start : start + block].sub_(soft_sum[:, None] * xi)
+            if g_fneg is not None:
+                g_fneg.addmm_(soft.T, xi)
+        scale = factor / (t * n)
+        ctx.save_for_backward(*(g.mul_(scale) if g is not None else None for g in grads))
+        return (total / n).to(fx.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        grads = [g * grad_output if g is not None else None for g in ctx.saved_tensors]
+        return (*grads, None, None, None, None, None, None)
+
+
+def shared_log_sum_exp_loss(
+    fx: torch.Tensor,
+    fpos: torch.Tensor,
+    fneg: torch.Tensor,
+    t: float,
+    zero_logit: bool,
+    factor: float = 1.0,
+    shift: float = 0.0,
+    block: int | None = None,
+) -> torch.Tensor:
+    """The mean over anchors of `log_sum_exp_loss` on pos_i = fx_i . fpos_i and the scores
+    fx @ fneg.T, computed by row blocks of about BLOCK_SCORES scores (or `block` rows) with the
+    gradient in the same pass; differentiable once.
+    Shape: fx (n, d), fpos (n, d), fneg (m, d) -> ().
+    """
+    block = block or max(1, BLOCK_SCORES // fneg.shape[0])
+    on = torch.is_grad_enabled()
+    wants = tuple(on and x.requires_grad for x in (fx, fpos, fneg))
+    return _BlockedSharedLoss.apply(fx, fpos, fneg, t, zero_logit, factor, shift, block, wants)

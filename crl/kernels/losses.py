@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from crl.kernels import _validate
 from crl.kernels.fused_contrast import nt_xent_blocked
-from crl.kernels.fused_scores import log_sum_exp_loss
+from crl.kernels.fused_scores import log_sum_exp_loss, shared_log_sum_exp_loss
 
 __all__ = [
     "BINARY_LOSSES",
@@ -33,6 +33,8 @@ __all__ = [
     "PLAIN_MAX_SCORES",
     "REDUCTIONS",
     "SCORE_PATHS",
+    "SHARED_LOSSES",
+    "SHARED_PATHS",
     "binary",
     "hinge",
     "info_nce",
@@ -44,6 +46,7 @@ __all__ = [
     "one_negative",
     "scores_own",
     "scores_shared",
+    "shared_negatives_loss",
     "triplet_score",
 ]
 
@@ -54,6 +57,8 @@ NT_XENT_PATHS = ("auto", "plain", "blocked")
 PLAIN_MAX_ROWS = 256  # nt_xent "auto": plain up to this many rows (bench/kernels_losses.py)
 SCORE_PATHS = ("auto", "plain", "fused")
 PLAIN_MAX_SCORES = 4096  # score losses "auto": plain up to n m scores (bench/kernels_scores.py)
+SHARED_LOSSES = ("info_nce", "lse")
+SHARED_PATHS = ("auto", "scores", "blocked")
 
 
 def _fused(path: str, scores: torch.Tensor) -> bool:
@@ -261,6 +266,52 @@ def info_nce(
     logits = torch.cat([pos[:, None], neg], dim=1) / T  # (n, 1 + m), the positive in column 0
     target = torch.zeros(neg.shape[0], dtype=torch.long, device=neg.device)  # (n,)
     return F.cross_entropy(logits, target, reduction=reduction)
+
+
+def shared_negatives_loss(
+    fx: torch.Tensor,
+    fpos: torch.Tensor,
+    fneg: torch.Tensor,
+    temperature: float,
+    loss: str = "info_nce",
+    path: str = "auto",
+) -> torch.Tensor:
+    """InfoNCE or the LSE risk of anchors with negatives shared by all of them (SSCRL, a MoCo
+    queue), from the features, averaged over anchors.
+
+    The value is `info_nce(pos, scores_shared(fx, fneg), T)` (loss "info_nce") or `lse_risk(...)`
+    (loss "lse") with pos_i = fx_i . fpos_i. path: "scores" (exactly that: the n x m scores at
+    once), "blocked" (crl.kernels.fused_scores: row blocks of about 2^22 scores, the gradient of
+    fx, fpos and fneg computed in the same pass, memory O(block x m), differentiable once) or
+    "auto": "scores" up to PLAIN_MAX_SCORES scores n m, "blocked" above. A fneg that does not
+    require grad (a queue) gets none and costs no matmul.
+
+    Shape: fx (n, d), fpos (n, d), fneg (m, d) with n, m, d >= 1 -> ().
+    """
+    T = _validate.positive("temperature", temperature)
+    _validate.choice("loss", loss, SHARED_LOSSES)
+    _validate.choice("path", path, SHARED_PATHS)
+    fx, fpos, fneg = (
+        _validate.floating(k, v) for k, v in (("fx", fx), ("fpos", fpos), ("fneg", fneg))
+    )
+    _validate.shape("fx", fx, "(n, d) with n, d >= 1", fx.ndim == 2 and fx.numel() > 0)
+    n, d = fx.shape
+    _validate.shape("fpos", fpos, f"({n}, {d}) (shape of fx)", fpos.shape == fx.shape)
+    _validate.shape(
+        "fneg",
+        fneg,
+        f"(m, {d}) with m >= 1",
+        fneg.ndim == 2 and fneg.shape[0] >= 1 and fneg.shape[1] == d,
+    )
+    m = fneg.shape[0]
+    if path == "scores" or (path == "auto" and n * m <= PLAIN_MAX_SCORES):
+        pos = (fx * fpos).sum(dim=1)  # (n,)
+        if loss == "lse":
+            return lse_risk(pos, scores_shared(fx, fneg), T)
+        return info_nce(pos, scores_shared(fx, fneg), T)
+    if loss == "lse":
+        return shared_log_sum_exp_loss(fx, fpos, fneg, T, False, T, math.log(m))
+    return shared_log_sum_exp_loss(fx, fpos, fneg, T, True)
 
 
 def nt_xent(

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crl import losses
-from crl.kernels import fused_contrast
+from crl.kernels import fused_contrast, fused_scores
 
 L0 = 1.0 + 1.0 / math.log(2.0)
 
@@ -249,6 +249,77 @@ def test_fused_without_grad_equals_with_grad() -> None:
             assert torch.equal(plain, graded.detach())
 
 
+# ---- shared negatives from features ----
+
+
+def _shared_inputs(n: int, m: int, d: int = 5) -> tuple[torch.Tensor, ...]:
+    fx, fpos = _randn(n, d, seed=n), _randn(n, d, seed=n + 1)
+    return fx, fpos, _randn(m, d, seed=m + 2)
+
+
+@pytest.mark.parametrize("loss", losses.SHARED_LOSSES)
+@pytest.mark.parametrize("block", [1, 4, 37])
+def test_shared_negatives_blocked_value_and_gradients_against_loops(loss: str, block: int) -> None:
+    """Every block size gives the loop's value and the scores path's gradients (float64)."""
+    T = 0.3
+    fx, fpos, fneg = _shared_inputs(37, 11)
+    pos = [
+        sum(a * b for a, b in zip(x, y, strict=True))
+        for x, y in zip(fx.tolist(), fpos.tolist(), strict=True)
+    ]
+    neg = [
+        [sum(a * b for a, b in zip(x, y, strict=True)) for y in fneg.tolist()] for x in fx.tolist()
+    ]
+    ref = ref_info_nce(pos, neg, T) if loss == "info_nce" else ref_lse_risk(pos, neg, T)
+    got = {}
+    for path in ("scores", "blocked"):
+        leaves = [t.clone().requires_grad_() for t in (fx, fpos, fneg)]
+        if path == "blocked":
+            value = fused_scores.shared_log_sum_exp_loss(
+                *leaves,
+                T,
+                loss == "info_nce",
+                *((T, math.log(11)) if loss == "lse" else ()),
+                block=block,
+            )
+        else:
+            value = losses.shared_negatives_loss(*leaves, T, loss, path)
+        assert value.item() == pytest.approx(sum(ref) / 37, rel=1e-12)
+        (2.5 * value).backward()
+        got[path] = [leaf.grad for leaf in leaves]
+    for blocked, plain in zip(got["blocked"], got["scores"], strict=True):
+        torch.testing.assert_close(blocked, plain, rtol=1e-11, atol=1e-14)
+
+
+@pytest.mark.parametrize("loss", losses.SHARED_LOSSES)
+def test_shared_negatives_blocked_gradcheck_and_a_queue_without_grad(loss: str) -> None:
+    fx, fpos, fneg = (t.requires_grad_() for t in _shared_inputs(6, 4, 3))
+
+    def blocked(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        extra = (0.4, math.log(4)) if loss == "lse" else ()
+        return fused_scores.shared_log_sum_exp_loss(
+            a, b, c, 0.4, loss == "info_nce", *extra, block=4
+        )
+
+    assert torch.autograd.gradcheck(blocked, (fx, fpos, fneg))
+    queue = fneg.detach()
+    value = losses.shared_negatives_loss(fx, fpos, queue, 0.4, loss, path="blocked")
+    value.backward()
+    assert queue.grad is None and fx.grad is not None and fpos.grad is not None
+    with torch.no_grad():
+        assert (
+            losses.shared_negatives_loss(fx, fpos, fneg, 0.4, loss, "blocked").item()
+            == value.item()
+        )
+
+
+def test_shared_negatives_auto_path_by_size() -> None:
+    fx, fpos, fneg = (t.requires_grad_() for t in _shared_inputs(64, losses.PLAIN_MAX_SCORES // 64))
+    assert "Blocked" not in type(losses.shared_negatives_loss(fx, fpos, fneg, 0.5).grad_fn).__name__
+    fneg = _randn(losses.PLAIN_MAX_SCORES // 64 + 1, 5).requires_grad_()
+    assert "Blocked" in type(losses.shared_negatives_loss(fx, fpos, fneg, 0.5).grad_fn).__name__
+
+
 def test_fused_infinite_scores_as_logsumexp() -> None:
     """Fused: a score of +inf gives +inf; a row of -inf gives -inf (LSE) and 0 (InfoNCE)."""
     pos = torch.zeros(2, dtype=torch.float64)
@@ -457,6 +528,12 @@ BAD_INPUTS = [
     (lambda: losses.info_nce(P, N, 1.0, path="fast"), "path"),
     (lambda: losses.lse_risk(P, N, 1.0, path="blocked"), "path"),
     (lambda: losses.k_negative(N, "logistic", path="plainly"), "path"),
+    (lambda: losses.shared_negatives_loss(A, torch.zeros(3, 3), A, 0.5), "fpos"),
+    (lambda: losses.shared_negatives_loss(A, A, torch.zeros(4, 3), 0.5), "fneg"),
+    (lambda: losses.shared_negatives_loss(P, P, A, 0.5), "fx"),
+    (lambda: losses.shared_negatives_loss(A, A, A, 0.0), "temperature"),
+    (lambda: losses.shared_negatives_loss(A, A, A, 0.5, loss="hinge"), "loss"),
+    (lambda: losses.shared_negatives_loss(A, A, A, 0.5, path="fused"), "path"),
     (lambda: losses.nt_xent(A, torch.zeros(3, 3), 0.5), "z2"),
     (lambda: losses.nt_xent(torch.zeros(1, 2), torch.zeros(1, 2), 0.5), "z1"),
     (lambda: losses.nt_xent(A, A, -0.5), "temperature"),
