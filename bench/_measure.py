@@ -15,6 +15,7 @@ import re
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 REFERENCE_ADDRESS_LIMIT = 10 * 2**30  # bytes of address space for one benchmark child
@@ -40,6 +41,27 @@ def peak_growth_mib(call: Callable[[], object]) -> float:
     before = proc_status_kib("VmRSS")
     call()
     return (proc_status_kib("VmHWM") - before) / 1024
+
+
+def interleaved_times(
+    steps: dict[str, Callable[[], object]], min_rounds: int, max_rounds: int, seconds: float
+) -> tuple[dict[str, list[float]], int]:
+    """Seconds of every call of each step, the steps interleaved round by round (a busy machine
+    slows them alike), their order reversed every other round (no step always runs first or
+    after the same other). Rounds: at least `min_rounds`, then until `seconds` have passed or
+    `max_rounds` are done. Returns the times and the number of rounds."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    order = list(steps.items())
+    rounds, start_all = 0, time.perf_counter()
+    while rounds < min_rounds or (
+        rounds < max_rounds and time.perf_counter() - start_all < seconds
+    ):
+        for name, step in order if rounds % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+        rounds += 1
+    return times, rounds
 
 
 def out_of_memory(err: BaseException) -> dict:

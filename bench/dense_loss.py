@@ -10,8 +10,9 @@ one forward + backward.
 
 Time: per batch size, one child process under the address-space limit of bench/_measure.py runs
 every variant: a warm-up call each (its loss and gradients give the differences), then repeats
-interleaved (a busy machine slows all alike) for about REPEAT_SECONDS (MIN_REPEATS to
-MAX_REPEATS each); the median. time/naive is that median over the naive one's.
+interleaved (a busy machine slows all alike; the order reversed every other round) for about
+REPEAT_SECONDS (MIN_REPEATS to MAX_REPEATS each); the median. time/naive is that median over
+the naive one's.
 Peak memory: one child per variant (MALLOC_MMAP_THRESHOLD_=65536), warmed up on B = 2, then the
 growth of peak RSS during one call (bench/_measure.py). logits_mib is the exact size of the
 largest logit block each variant holds.
@@ -28,11 +29,18 @@ import json
 import math
 import statistics
 import sys
-import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from _measure import child, limit_address_space, out_of_memory, peak_growth_mib, table
+from _measure import (
+    child,
+    interleaved_times,
+    limit_address_space,
+    out_of_memory,
+    peak_growth_mib,
+    table,
+)
 
 from crl.kernels.dense import DIRECT_MAX_LOGITS, dense_info_nce
 
@@ -97,16 +105,8 @@ def _time_child(batch: int, variants: list[str], seconds: float) -> dict:
             out[variant]["loss_diff"] = abs(value - ref[0])
             out[variant]["grad_diff"] = float((grad - ref[1]).abs().max())
     first.clear()
-    times: dict[str, list[float]] = {v: [] for v in variants if "error" not in out[v]}
-    rounds, start_all = 0, time.perf_counter()
-    while rounds < MIN_REPEATS or (
-        rounds < MAX_REPEATS and time.perf_counter() - start_all < seconds
-    ):
-        for variant, spent in times.items():
-            start = time.perf_counter()
-            _step(variant, inputs)
-            spent.append(time.perf_counter() - start)
-        rounds += 1
+    steps = {v: partial(_step, v, inputs) for v in variants if "error" not in out[v]}
+    times, rounds = interleaved_times(steps, MIN_REPEATS, MAX_REPEATS, seconds)
     for variant, spent in times.items():
         out[variant] |= {"seconds": statistics.median(spent), "repeats": rounds}
     return out

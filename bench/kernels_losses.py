@@ -5,8 +5,9 @@ against the plain-torch formulation users write (normalise, one 2B x 2B similari
 masked diagonal, `F.cross_entropy`) and pytorch-metric-learning's `NTXentLoss`, on the same
 tensors. Every variant runs in fresh child processes under one address-space limit
 (REFERENCE_ADDRESS_LIMIT in bench/_measure.py, so a variant that does not fit fails instead of
-swapping): one for time (crl and the plain reference in one process, their repeats interleaved;
-the median after a warm-up), one per variant for peak memory. The loss values and the
+swapping): one for time (crl and the plain reference in one process, their repeats interleaved,
+the order reversed every other round; the median after a warm-up), one per variant for peak
+memory. The loss values and the
 gradients with respect to z1, z2 are compared with the reference's (max |diff|); where the
 reference does not fit, the value is compared with a float64 one computed row block by row block.
 
@@ -26,12 +27,18 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _measure import child, limit_address_space, out_of_memory, peak_growth_mib, table
+from _measure import (
+    child,
+    interleaved_times,
+    limit_address_space,
+    out_of_memory,
+    peak_growth_mib,
+    table,
+)
 
 from crl.losses import nt_xent
 
@@ -85,21 +92,16 @@ def _time_child(impls: list[str], batch: int, repeats: int, grads: str) -> dict:
     out of memory is reported as such and the others go on."""
     limit_address_space()
     z1, z2 = _ntxent_inputs(batch)
-    steps, out, times = {}, {}, {}
+    steps, out = {}, {}
     for impl in impls:
         try:
             steps[impl] = _ntxent_step(impl, z1, z2)
             out[impl] = {"value": steps[impl]().item()}
             torch.save({"z1": z1.grad, "z2": z2.grad}, f"{grads}.{impl}.pt")
-            times[impl] = []
         except (RuntimeError, MemoryError) as err:
             steps.pop(impl, None)
             out[impl] = out_of_memory(err)
-    for _ in range(repeats):
-        for impl, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[impl].append(time.perf_counter() - start)
+    times, _ = interleaved_times(steps, repeats, repeats, 0.0)
     for impl in steps:
         out[impl]["seconds"] = statistics.median(times[impl])
     return out

@@ -19,8 +19,9 @@ formulation's n x m buffers no longer fit).
 
 Time: per size, one fresh child process under the address-space limit of bench/_measure.py
 runs every kernel: crl and plain on the same tensors, the first call of each a warm-up, then
-their repeats interleaved (a busy machine slows both alike) for about REPEAT_SECONDS (3 to 50
-repeats each); the median. crl/plain is crl's median over plain's (above 1: crl is slower).
+their repeats interleaved (a busy machine slows both alike; the order reversed every other
+round) for about REPEAT_SECONDS (3 to 50 repeats each); the median. crl/plain is crl's median
+over plain's (above 1: crl is slower).
 Peak memory: per size, a second child (MALLOC_MMAP_THRESHOLD_=65536) warms every variant up on
 tiny inputs, then measures the growth of peak RSS during one call of each variant, the input
 gradients cleared before; it includes the gradients of the inputs (for own negatives n m d
@@ -39,7 +40,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from _measure import (
     REFERENCE_ADDRESS_LIMIT,
     child,
+    interleaved_times,
     limit_address_space,
     out_of_memory,
     peak_growth_mib,
@@ -178,16 +179,7 @@ def _time_child(n: int, m: int, kernels: list[str]) -> dict:
             )
             del crl_grads, plain_grads
         first.clear()  # frees the warm-up gradients
-        times: dict[str, list[float]] = {impl: [] for impl in steps}
-        rounds, start_all = 0, time.perf_counter()
-        while rounds < MIN_REPEATS or (
-            rounds < MAX_REPEATS and time.perf_counter() - start_all < REPEAT_SECONDS
-        ):
-            for impl, step in steps.items():
-                start = time.perf_counter()
-                step()
-                times[impl].append(time.perf_counter() - start)
-            rounds += 1
+        times, rounds = interleaved_times(steps, MIN_REPEATS, MAX_REPEATS, REPEAT_SECONDS)
         res |= {f"{impl}_ms": statistics.median(t) * 1e3 for impl, t in times.items()}
         res["repeats"] = rounds
         out[kernel] = res

@@ -51,8 +51,10 @@ def _forward(
     `scratch`: neg is a buffer of the caller's, overwritten (it becomes p)."""
     if scratch:
         logits = (neg.sub_(pos[:, None]) if pos is not None else neg).div_(t)  # a_ij
-    else:
-        logits = (torch.sub(neg, pos[:, None]) if pos is not None else neg.clone()).div_(t)
+    elif pos is not None:
+        logits = torch.sub(neg, pos[:, None]).div_(t)
+    else:  # t = -1 (the logistic loss on margins) is a negation: one pass
+        logits = torch.neg(neg) if t == -1.0 else torch.div(neg, t)
     top = logits.amax(dim=1, keepdim=True)  # (n, 1)
     if zero_logit:
         top.clamp_min_(0.0)

@@ -56,7 +56,7 @@ REDUCTIONS = ("mean", "none")
 NT_XENT_PATHS = ("auto", "plain", "blocked")
 PLAIN_MAX_ROWS = 256  # nt_xent "auto": plain up to this many rows (bench/kernels_losses.py)
 SCORE_PATHS = ("auto", "plain", "fused")
-PLAIN_MAX_SCORES = 4096  # score losses "auto": plain up to n m scores (bench/kernels_scores.py)
+PLAIN_MAX_SCORES = 65536  # score losses "auto": plain up to n m scores (bench/kernels_scores.py)
 SHARED_LOSSES = ("info_nce", "lse")
 SHARED_PATHS = ("auto", "scores", "blocked")
 
@@ -134,7 +134,8 @@ def k_negative(v: torch.Tensor, loss: str = "hinge", path: str = "auto") -> torc
     """Saunshi k-negative loss (Sec. 6) from margins v_i = f(x)^T (f(x+) - f(x_i-)).
 
     hinge: max(0, 1 + max_i(-v_i)); logistic: log2(1 + sum_i exp(-v_i)), computed as
-    logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2. For k = 1 this equals
+    logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2 (the cross-entropy of that row
+    against its first entry). For k = 1 this equals
     `one_negative(-v[:, 0], loss)`. path (logistic only): "plain" (autograd through the
     logsumexp), "fused" (crl.kernels.fused_scores) or "auto": plain up to PLAIN_MAX_SCORES
     margins n k, fused above.
@@ -149,8 +150,10 @@ def k_negative(v: torch.Tensor, loss: str = "hinge", path: str = "auto") -> torc
         return torch.clamp_min(1.0 - v.amin(dim=1), 0.0)
     if fused:  # logits (v - 0) / -1 = -v
         return log_sum_exp_loss(None, v, -1.0, True, 1.0 / LN2)
-    zero = v.new_zeros(v.shape[0], 1)  # (n, 1)
-    return torch.logsumexp(torch.cat([zero, -v], dim=1), dim=1) / LN2  # (n,)
+    logits = torch.cat([v.new_zeros(v.shape[0], 1), -v], dim=1)  # (n, 1 + k): [0, -v]
+    target = torch.zeros(v.shape[0], dtype=torch.long, device=v.device)  # (n,)
+    # cross-entropy against the zero logit is logsumexp([0, -v]): one fused log-softmax
+    return F.cross_entropy(logits, target, reduction="none") / LN2  # (n,)
 
 
 def k_negative_margins(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
