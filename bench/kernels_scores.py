@@ -21,7 +21,10 @@ Time: per size, one fresh child process under the address-space limit of bench/_
 runs every kernel: crl and plain on the same tensors, the first call of each a warm-up, then
 their repeats interleaved (a busy machine slows both alike; the order reversed every other
 round) for about REPEAT_SECONDS (3 to 50 repeats each); the median. crl/plain is crl's median
-over plain's (above 1: crl is slower).
+over plain's (above 1: crl is slower). A/A control, up to AA_MAX_SCORES scores (where crl's
+kernels run the plain formulation themselves and the two differ by microseconds): the plain
+formulation is timed again as a third interleaved variant, and a/a is its median over plain's;
+its distance from 1 is the resolution of crl/plain at that size.
 Peak memory: per size, a second child (MALLOC_MMAP_THRESHOLD_=65536) warms every variant up on
 tiny inputs, then measures the growth of peak RSS during one call of each variant, the input
 gradients cleared before; it includes the gradients of the inputs (for own negatives n m d
@@ -80,6 +83,7 @@ KERNELS = (
 IMPLS = ("crl", "plain")
 REPEAT_SECONDS = 1.0  # timed repeats per kernel and size, crl and plain: about this long,
 MIN_REPEATS, MAX_REPEATS = 3, 50  # and at least / at most this many
+AA_MAX_SCORES = 65536  # up to n m scores the plain formulation is also timed as a third variant
 
 
 def _own(kernel: str) -> bool:
@@ -179,6 +183,9 @@ def _time_child(n: int, m: int, kernels: list[str]) -> dict:
             )
             del crl_grads, plain_grads
         first.clear()  # frees the warm-up gradients
+        if n * m <= AA_MAX_SCORES and "plain" in steps:  # the A/A control: plain, timed twice
+            steps["plain_again"] = _step("plain", kernel, inputs)
+            steps["plain_again"]()
         times, rounds = interleaved_times(steps, MIN_REPEATS, MAX_REPEATS, REPEAT_SECONDS)
         res |= {f"{impl}_ms": statistics.median(t) * 1e3 for impl, t in times.items()}
         res["repeats"] = rounds
@@ -239,6 +246,7 @@ def _rows(n: int, m: int, kernels: tuple[str, ...]) -> list[dict]:
                 "crl_ms": crl_ms,
                 "plain_ms": plain_ms,
                 "crl/plain": crl_ms / plain_ms,
+                "a/a": res.get("plain_again_ms", math.nan) / plain_ms,
                 "repeats": res.get("repeats", 0),
                 "crl_peak_mib": res.get("crl_peak_mib", math.nan),
                 "plain_peak_mib": res.get("plain_peak_mib", math.nan),

@@ -314,10 +314,16 @@ def test_shared_negatives_blocked_gradcheck_and_a_queue_without_grad(loss: str) 
 
 
 def test_shared_negatives_auto_path_by_size() -> None:
-    fx, fpos, fneg = (t.requires_grad_() for t in _shared_inputs(64, losses.PLAIN_MAX_SCORES // 64))
-    assert "Blocked" not in type(losses.shared_negatives_loss(fx, fpos, fneg, 0.5).grad_fn).__name__
-    fneg = _randn(losses.PLAIN_MAX_SCORES // 64 + 1, 5).requires_grad_()
-    assert "Blocked" in type(losses.shared_negatives_loss(fx, fpos, fneg, 0.5).grad_fn).__name__
+    """Blocked once the scores exceed one block and outnumber the features (m > d)."""
+    n = fused_scores.BLOCK_SCORES // 8
+
+    def blocked(d: int, m: int) -> bool:
+        fx, fpos, fneg = (torch.zeros(k, d, requires_grad=True) for k in (n, n, m))
+        value = losses.shared_negatives_loss(fx, fpos, fneg, 0.5)
+        return "Blocked" in type(value.grad_fn).__name__
+
+    assert not blocked(2, 8) and blocked(2, 9)  # n m = BLOCK_SCORES, then above it
+    assert not blocked(16, 16)  # n m > BLOCK_SCORES, but m <= d
 
 
 def test_fused_infinite_scores_as_logsumexp() -> None:
