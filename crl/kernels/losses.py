@@ -134,11 +134,10 @@ def k_negative(v: torch.Tensor, loss: str = "hinge", path: str = "auto") -> torc
     """Saunshi k-negative loss (Sec. 6) from margins v_i = f(x)^T (f(x+) - f(x_i-)).
 
     hinge: max(0, 1 + max_i(-v_i)); logistic: log2(1 + sum_i exp(-v_i)), computed as
-    logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2 (the cross-entropy of that row
-    against its first entry). For k = 1 this equals
-    `one_negative(-v[:, 0], loss)`. path (logistic only): "plain" (autograd through the
-    logsumexp), "fused" (crl.kernels.fused_scores) or "auto": plain up to PLAIN_MAX_SCORES
-    margins n k, fused above.
+    logsumexp over the row [0, -v_1, ..., -v_k] divided by ln 2. For k = 1 this equals
+    `one_negative(-v[:, 0], loss)`. path (logistic only): "plain" (the cross-entropy of that
+    row against its first entry, through autograd), "fused" (crl.kernels.fused_scores) or
+    "auto": plain up to PLAIN_MAX_SCORES margins n k, fused above.
 
     Shape: v (n, k) with k >= 1 -> (n,).
     """
