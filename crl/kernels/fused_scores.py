@@ -134,14 +134,16 @@ class _BlockedSharedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fx, fpos, fneg, t, zero_logit, factor, shift, block, wants):
         n = fx.shape[0]
+        c = factor / (t * n)
         total = torch.zeros((), dtype=torch.float64, device=fx.device)
-        inputs = (fx, fpos, fneg)
-        grads = [
-            torch.zeros_like(x) if want else None for x, want in zip(inputs, wants, strict=True)
-        ]
-        g_fx, g_fpos, g_fneg = grads
+        want_fx, want_fpos, want_fneg = wants
+        # every row of g_fx and g_fpos is written once, by its block: no zero fill
+        g_fx = torch.empty_like(fx) if want_fx else None
+        g_fpos = torch.empty_like(fpos) if want_fpos else None
+        g_fneg = torch.zeros_like(fneg) if want_fneg else None
         for start in range(0, n, block):
-            xi, pi = fx[start : start + block], fpos[start : start + block]  # (b, d)
+            rows = slice(start, start + block)
+            xi, pi = fx[rows], fpos[rows]  # (b, d)
             pos = (xi * pi).sum(dim=1)  # (b,)
             neg = xi @ fneg.T  # (b, m), the block's scratch buffer
             per_anchor, lse, soft = _forward(
@@ -150,15 +152,15 @@ class _BlockedSharedLoss(torch.autograd.Function):
             total += per_anchor.sum(dtype=torch.float64)
             if soft is None:
                 continue
-            soft_sum = torch.expm1(-lse).neg_() if zero_logit else torch.ones_like(lse)  # (b,)
-            if g_fx is not None:
-                g_fx[start : start + block].addmm_(soft, fneg).sub_(soft_sum[:, None] * pi)
+            # -c s_i, with s_i = sum_j p_ij = 1 - e^{-lse_i} (zero logit) or 1
+            weight = torch.expm1(-lse).mul_(c) if zero_logit else torch.full_like(lse, -c)
+            if g_fx is not None:  # c P fneg - c s fpos, the scale in the matmul
+                g_fx[rows].addmm_(soft, fneg, beta=0.0, alpha=c).addcmul_(weight[:, None], pi)
             if g_fpos is not None:
-                g_fpos[start : start + block].sub_(soft_sum[:, None] * xi)
+                torch.mul(xi, weight[:, None], out=g_fpos[rows])
             if g_fneg is not None:
-                g_fneg.addmm_(soft.T, xi)
-        scale = factor / (t * n)
-        ctx.save_for_backward(*(g.mul_(scale) if g is not None else None for g in grads))
+                g_fneg.addmm_(soft.T, xi, alpha=c)
+        ctx.save_for_backward(g_fx, g_fpos, g_fneg)
         return (total / n).to(fx.dtype)
 
     @staticmethod
