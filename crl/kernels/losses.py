@@ -68,13 +68,20 @@ def _fused(path: str, scores: torch.Tensor) -> bool:
     return path == "fused" or (path == "auto" and scores.numel() > PLAIN_MAX_SCORES)
 
 
+def _floating_pair(a: object, b: object) -> bool:
+    """Whether a and b are floating-point tensors (the checks' hot path)."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.is_floating_point()
+        and b.is_floating_point()
+    )
+
+
 def _valid_scores(pos: object, neg: object) -> bool:
     """Whether pos (n,) and neg (n, m) are floating tensors with n, m >= 1."""
     return (
-        isinstance(pos, torch.Tensor)
-        and isinstance(neg, torch.Tensor)
-        and pos.is_floating_point()
-        and neg.is_floating_point()
+        _floating_pair(pos, neg)
         and pos.dim() == 1
         and neg.dim() == 2
         and 1 <= pos.shape[0] == neg.shape[0]
@@ -220,10 +227,7 @@ def scores_shared(fx: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
     Shape: fx (n, d), fneg (m, d) -> (n, m).
     """
     if (  # one expression on the hot path; the messages below
-        isinstance(fx, torch.Tensor)
-        and isinstance(fneg, torch.Tensor)
-        and fx.is_floating_point()
-        and fneg.is_floating_point()
+        _floating_pair(fx, fneg)
         and fx.dim() == 2
         and fneg.dim() == 2
         and fneg.shape[0] >= 1
