@@ -340,6 +340,12 @@ def shared_negatives_loss(
         f"(m, {d}) with m >= 1",
         fneg.ndim == 2 and fneg.shape[0] >= 1 and fneg.shape[1] == d,
     )
+    for name, t in (("fpos", fpos), ("fneg", fneg)):
+        if t.dtype != fx.dtype or t.device != fx.device:
+            raise ValueError(
+                f"{name} is {t.dtype} on {t.device}: expected {fx.dtype} on {fx.device} "
+                "(dtype and device of fx)"
+            )
     m = fneg.shape[0]
     if path == "scores" or (path == "auto" and (n * m <= BLOCK_SCORES or m <= d)):
         pos = (fx * fpos).sum(dim=1)  # (n,)

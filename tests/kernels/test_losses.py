@@ -540,6 +540,8 @@ BAD_INPUTS = [
     (lambda: losses.shared_negatives_loss(A, A, A, 0.0), "temperature"),
     (lambda: losses.shared_negatives_loss(A, A, A, 0.5, loss="hinge"), "loss"),
     (lambda: losses.shared_negatives_loss(A, A, A, 0.5, path="fused"), "path"),
+    (lambda: losses.shared_negatives_loss(A, A.double(), A, 0.5), "fpos"),
+    (lambda: losses.shared_negatives_loss(A, A, A.double(), 0.5), "fneg"),
     (lambda: losses.nt_xent(A, torch.zeros(3, 3), 0.5), "z2"),
     (lambda: losses.nt_xent(torch.zeros(1, 2), torch.zeros(1, 2), 0.5), "z1"),
     (lambda: losses.nt_xent(A, A, -0.5), "temperature"),
