@@ -8,8 +8,8 @@ warm-up) next to its reference measured in the same run, with the peak device me
   backward, D = 128, T = 0.1. The reference runs out of memory first: then its columns are NaN
   and the note says so.
 - info_nce, lse_risk: crl.losses on shared negatives (`scores_shared`, path "auto": fused at
-  these sizes) against the plain formulation (`F.cross_entropy` of [pos, neg] / T;
-  `T (logsumexp((neg - pos) / T) - log m)` averaged), forward + backward, d = 128, T = 0.1.
+  these sizes) against the plain formulation, both from bench/kernels_scores.py
+  (`crl_loss`, `plain_loss`), forward + backward, d = 128, T = 0.1.
 - dense_info_nce: DenseCL's setting (7 x 7 grid, C = 128, queue 65536, T = 0.2) against the
   unchunked MoCo-style logits + F.cross_entropy, forward + backward.
 - rademacher.linear: sign-suprema (d = 32, 64 draws, p = 128) against the same run's float32
@@ -32,13 +32,14 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import kernels_scores  # the scripts' folder is on sys.path: the score losses' two formulations
 import torch
 import torch.nn.functional as F
 
 from crl import rademacher
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
-from crl.losses import info_nce, lse_risk, nt_xent, scores_shared
+from crl.losses import nt_xent
 
 FULL = {
     "nt_xent": (4096, 16384, 65536),
@@ -147,21 +148,6 @@ def bench_nt_xent(device: torch.device, sizes: dict) -> list[dict]:
     return rows
 
 
-def plain_score_loss(name: str, fx, fpos, fneg, temperature: float) -> torch.Tensor:
-    """InfoNCE or the LSE risk on shared negatives as a user writes it."""
-    pos, neg = (fx * fpos).sum(1, keepdim=True), fx @ fneg.T  # (n, 1), (n, m)
-    if name == "info_nce":
-        target = torch.zeros(fx.shape[0], dtype=torch.long, device=fx.device)
-        return F.cross_entropy(torch.cat([pos, neg], dim=1) / temperature, target)
-    lse = torch.logsumexp((neg - pos) / temperature, dim=1) - math.log(neg.shape[1])
-    return (temperature * lse).mean()
-
-
-def crl_score_loss(name: str, fx, fpos, fneg, temperature: float) -> torch.Tensor:
-    loss = info_nce if name == "info_nce" else lse_risk
-    return loss((fx * fpos).sum(1), scores_shared(fx, fneg), temperature)
-
-
 def bench_scores(device: torch.device, sizes: dict) -> list[dict]:
     rows = []
     for n, m in sizes["scores"]:
@@ -171,12 +157,14 @@ def bench_scores(device: torch.device, sizes: dict) -> list[dict]:
         )
         fneg = F.normalize(torch.randn(m, 128, generator=gen, device=device), dim=1)
         inputs = tuple(t.requires_grad_() for t in (fx, fpos, fneg))
-        for name in ("info_nce", "lse_risk"):
+        for name in ("info_nce", "lse_risk"):  # bench/kernels_scores.py's two formulations
             results = [
                 _measure(
-                    _backward(inputs, partial(fn, name, *inputs, 0.1)), device, sizes["rounds"]
+                    _backward(inputs, partial(fn, f"{name}/shared", *inputs)),
+                    device,
+                    sizes["rounds"],
                 )
-                for fn in (crl_score_loss, plain_score_loss)
+                for fn in (kernels_scores.crl_loss, kernels_scores.plain_loss)
             ]
             rows.append(_pair(name, {"n": n, "m": m}, *results, "plain torch"))
     return rows

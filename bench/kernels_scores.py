@@ -120,7 +120,8 @@ def plain_loss(
         neg = fx @ fneg.T  # (n, m)
     if name == "info_nce" or kernel == "shared_negatives/info_nce":
         logits = torch.cat([pos, neg], dim=1) / T  # (n, 1 + m), the positive in column 0
-        return F.cross_entropy(logits, torch.zeros(fx.shape[0], dtype=torch.long))
+        target = torch.zeros(fx.shape[0], dtype=torch.long, device=fx.device)
+        return F.cross_entropy(logits, target)
     if name == "lse_risk" or kernel == "shared_negatives/lse":
         return (T * (torch.logsumexp((neg - pos) / T, dim=1) - math.log(neg.shape[1]))).mean()
     if variant == "hinge":

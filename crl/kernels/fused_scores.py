@@ -69,15 +69,18 @@ def _forward(
     return per_anchor, lse, soft
 
 
+def _mean(per_anchor: torch.Tensor) -> torch.Tensor:
+    """The mean over anchors, accumulated in float64, in the input dtype."""
+    return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype)
+
+
 class _LogSumExpLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pos, neg, t, zero_logit, factor, shift, mean):
         per_anchor, lse, soft = _forward(pos, neg, t, zero_logit, factor, shift, True)
         ctx.save_for_backward(soft, lse if zero_logit else None)
         ctx.scale, ctx.mean = factor / t, mean
-        if mean:
-            return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype)
-        return per_anchor
+        return _mean(per_anchor) if mean else per_anchor
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -115,7 +118,7 @@ def log_sum_exp_loss(
     if torch.is_grad_enabled() and needs:
         return _LogSumExpLoss.apply(pos, neg, t, zero_logit, factor, shift, mean)
     per_anchor, _, _ = _forward(pos, neg, t, zero_logit, factor, shift, False)
-    return per_anchor.mean(dtype=torch.float64).to(per_anchor.dtype) if mean else per_anchor
+    return _mean(per_anchor) if mean else per_anchor
 
 
 class _BlockedSharedLoss(torch.autograd.Function):
