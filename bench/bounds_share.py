@@ -13,9 +13,10 @@ import tempfile
 from crl.core import config
 from crl.orchestration import stages
 from crl.orchestration.executor import LocalExecutor
-from crl.steps.cell import CellKey, run_cell
 from crl.steps.features import load_features, tau_of
+from crl.steps.keys import CellKey
 from crl.steps.runfolder import prepare
+from crl.steps.unimodal.cell import run_cell
 
 OVERRIDES = ["dataset.train_size=100000", "eval.rademacher_draws=8", "eval.test_anchors=2000"]
 

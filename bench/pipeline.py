@@ -89,8 +89,8 @@ def plain_loop(run_dir: str, threads: str) -> dict:
     import torch
 
     from crl.core import config
-    from crl.steps.cell import grid_keys, run_cell
     from crl.steps.features import load_features, tau_of
+    from crl.steps.unimodal.cell import grid_keys, run_cell
 
     torch.set_num_threads(int(threads))
     cfg = config.load("conf/bench_grid.yaml")
@@ -151,8 +151,8 @@ def big_cell_alone(run_dir: str) -> dict:
     import resource
 
     from crl.core import config
-    from crl.steps.cell import CellKey, run_cell
     from crl.steps.features import load_features
+    from crl.steps.unimodal.cell import CellKey, run_cell
 
     cfg = config.load("conf/bench_grid.yaml", BIG)
     features = load_features(Path(run_dir) / "features")

@@ -82,3 +82,11 @@ def wilson_upper(successes: int, trials: int, z: float) -> float:
     centre = p + z * z / (2 * trials)
     spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
     return min(1.0, (centre + spread) / (1 + z * z / trials))
+
+
+def within(gap: float | None, low: float, high: float) -> bool | None:
+    """Whether a gap lies in its certified interval: -low <= gap <= high; None when the gap is
+    unknown (None or not finite)."""
+    if gap is None or not math.isfinite(gap):
+        return None
+    return bool(-low <= gap <= high)

@@ -5,7 +5,7 @@ executor. The steps (what a unit computes and writes) are in crl.steps.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,12 +14,10 @@ import pyarrow.parquet as pq
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
-from crl.steps import cell, check_unit, data, dense_cell, image_data, paired_cell, paired_split_cell
+from crl.steps import cells, check_unit, data, image_data
 from crl.steps.atomic import write_parquet_atomic
-from crl.steps.dense_embed import DenseEmbedder
-from crl.steps.dense_features import load_dense_features
+from crl.steps.dense.embed import DenseEmbedder
 from crl.steps.embed import Embedder, features_path
-from crl.steps.features import load_features, tau_of
 from crl.steps.runfolder import CheckPaths, RunPaths
 
 
@@ -132,7 +130,7 @@ class CellsOutcome:
 
 
 def _failure_row(failure: Failure, config_hash: str) -> dict:
-    key: cell.CellKey = failure.item
+    key: cells.CellKey = failure.item
     return {
         "cell_id": key.cell_id(config_hash),
         "key": key.__dict__,
@@ -151,31 +149,6 @@ def _other_commit(path: Path, commit: str) -> bool:
     return written != commit
 
 
-def _cell_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
-    """The shared part of every cell: the features and tau, or the paired source; and the dense
-    position features."""
-    job = _grid_job(config, paths, commit)
-    if config.dense is None:
-        return job
-    backbone = config.dense.backbone
-    features = load_dense_features(paths.dense_features, backbone.grid**2, backbone.normalise)
-    return replace(job, dense=features)
-
-
-def _grid_job(config: Config, paths: RunPaths, commit: str) -> cell.CellJob:
-    if config.grid is None:
-        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit)
-    if config.dataset.kind == "paired_gaussian":
-        source = paired_cell.source(config)
-        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, source)
-    if config.dataset.kind == "paired_parquet":
-        splits = paired_split_cell.load(config, paths.data)
-        return cell.CellJob(config, None, None, paths.cells, paths.staging, commit, splits)
-    features = load_features(paths.features)
-    tau = tau_of(config, features.train.labels)
-    return cell.CellJob(config, features, tau, paths.cells, paths.staging, commit)
-
-
 def run_cells(
     config: Config,
     paths: RunPaths,
@@ -188,7 +161,7 @@ def run_cells(
     Cells computed at another git commit are reused and counted on stderr, or recomputed with
     `recompute_stale`; each row keeps its own `cell_git_commit`."""
     config_hash = config.hash()
-    keys = [*cell.grid_keys(config), *dense_cell.dense_keys(config)]
+    keys = cells.all_keys(config)
     commit = runtime.git_commit()
     files = {k: paths.cell(k.cell_id(config_hash)) for k in keys}
     todo = [k for k in keys if not _complete(files[k], 1)]
@@ -205,9 +178,9 @@ def run_cells(
         )
     failures: list[dict] = []
     if todo:
-        job = _cell_job(config, paths, commit)
+        job = cells.cell_job(config, paths, commit)
         results = executor.map(
-            cell.run_and_write,
+            cells.run_and_write,
             todo,
             job,
             label="cells",

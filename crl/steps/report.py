@@ -15,10 +15,10 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from crl.steps import report_dense  # noqa: E402
-from crl.steps import report_saturation as saturation  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
+from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
+from crl.steps.paired import report as saturation  # noqa: E402
 
 METRICS = ["mean_classifier_accuracy", "linear_probe_accuracy", "retrieval_auc"]
 

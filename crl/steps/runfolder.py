@@ -18,8 +18,8 @@ from crl.core.errors import ConfigError
 from crl.kernels.encoders import square_side
 from crl.steps import data
 from crl.steps.atomic import write_bytes_atomic
-from crl.steps.cell import grid_keys
-from crl.steps.dense_checks import check_dense
+from crl.steps.dense.checks import check_dense
+from crl.steps.keys import grid_keys
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ SUMMARISED = [
     "top1_accuracy",
     "linear_probe_accuracy",
     "retrieval_auc",
-    # paired cells (crl.steps.paired_cell, paired_split_cell)
+    # paired cells (crl.steps.paired.model_cell, .split_cell)
     "auc_error",
     "gamma_lin",
     "gamma_lin_complexity_term",
@@ -63,7 +63,7 @@ SUMMARISED = [
     "solver_iterations",
     "solver_criterion",
     "theta_norm",
-    # dense cells (crl.steps.dense_cell)
+    # dense cells (crl.steps.dense.cell)
     "train_dense_loss",
     "test_dense_loss",
     "gamma_dense_V",

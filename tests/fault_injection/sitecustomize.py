@@ -10,10 +10,10 @@ from pathlib import Path
 
 _FAULT = os.environ.get("CRL_FAULT")
 if _FAULT:
-    import crl.steps.cell
+    import crl.steps.unimodal.cell
 
     _mode, _m, _n = _FAULT.split(":")
-    _original = crl.steps.cell.run_cell
+    _original = crl.steps.unimodal.cell.run_cell
 
     def run_cell(config, key, features, tau):  # noqa: ANN001, ANN201
         if (key.m, key.n) == (int(_m), int(_n)):
@@ -25,4 +25,4 @@ if _FAULT:
                 os._exit(1)
         return _original(config, key, features, tau)
 
-    crl.steps.cell.run_cell = run_cell
+    crl.steps.unimodal.cell.run_cell = run_cell

@@ -15,7 +15,7 @@ import yaml
 
 from crl.core import config
 from crl.steps import data
-from crl.steps.cell import grid_keys
+from crl.steps.keys import grid_keys
 from tests.conftest import REPO, crl
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 import torch
 
-from crl.steps.dense_cell import DenseKey, dense_keys, draw_train
-from crl.steps.dense_features import load_dense_features
+from crl.steps.dense.cell import DenseKey, dense_keys, draw_train
+from crl.steps.dense.features import load_dense_features
 from tests.orchestration.test_bound_grid import run_twice
 from tests.steps.helpers import naive_dense_loss
 

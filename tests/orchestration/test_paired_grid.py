@@ -14,8 +14,8 @@ import torch
 from crl.core import config
 from crl.kernels import score_model
 from crl.kernels.solver import SolverSpec
-from crl.steps import paired_cell
-from crl.steps.cell import grid_keys
+from crl.steps.keys import grid_keys
+from crl.steps.paired import model_cell
 from tests.conftest import crl
 from tests.orchestration.test_bound_grid import write_config
 
@@ -72,9 +72,9 @@ def test_a_cell_recomputed_from_first_principles(paired_run: dict) -> None:
     """Draw the same sample, refit, and get the same train loss, L(s) and excess AUC."""
     cfg, cells = paired_run["config"], paired_run["cells"]
     row = cells.filter((pl.col("regime") == "sscrl") & (pl.col("m") == 16)).row(0, named=True)
-    source = paired_cell.source(cfg)
-    sample = paired_cell.draw(cfg, source.model, "sscrl", 16, row["n"], row["seed"])
-    radius = paired_cell.radius(cfg, source.model)
+    source = model_cell.source(cfg)
+    sample = model_cell.draw(cfg, source.model, "sscrl", 16, row["n"], row["seed"])
+    radius = model_cell.radius(cfg, source.model)
     score, _ = score_model.fit(sample, radius, 0.5, SolverSpec(1e-6, 4000))
     assert row["R"] == pytest.approx(radius)
     lhat = float(score_model.empirical_risk(score.M, score.B, sample, 0.5))

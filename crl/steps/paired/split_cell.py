@@ -26,14 +26,15 @@ from crl.core.config import Config
 from crl.kernels import certified_paired, losses, metrics, score_model, stats
 from crl.kernels.seeding import generator
 from crl.kernels.solver import SolverSpec
-from crl.steps import data, paired_cell
-from crl.steps.certify import within
+from crl.kernels.stats import within
+from crl.steps import data
 from crl.steps.features import Normalizer
+from crl.steps.keys import CellKey
+from crl.steps.paired import model_cell
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from crl.steps.cell import CellKey
 
 DISTINCT, REUSE = "distinct_from_split", "split_with_reuse"
 
@@ -155,7 +156,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
     target = held["test_loss_shared"] - train_loss if shared else gap
     best = gamma.value + (inner or 0.0)
     return {
-        **paired_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
+        **model_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
         "train_loss": train_loss,
         **held,
         "test_loss_exact": False,
@@ -181,7 +182,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         "best_bound": best,
         "bound_over_gap": best / abs(target) if target else None,
         "bounds_seconds": time.perf_counter() - bounds_started,
-        **paired_cell.fit_columns(score, solution, R),
+        **model_cell.fit_columns(score, solution, R),
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }

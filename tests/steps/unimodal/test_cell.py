@@ -1,4 +1,4 @@
-"""crl.steps.cell: the grid's keys, one cell end to end, and its file."""
+"""crl.steps.unimodal.cell: the grid's keys, one cell end to end, and its file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import torch
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
-from crl.steps import cell, sampling
+from crl.steps import cells
 from crl.steps.features import Features, Normalizer, SplitArrays, load_features, tau_of
+from crl.steps.keys import CellKey, grid_keys
+from crl.steps.unimodal import cell, sampling
 from tests.conftest import REPO
 from tests.steps.helpers import config, materialise
 
@@ -45,7 +47,7 @@ def _without_wall(row: dict) -> dict:
 
 def test_grid_keys_size_and_order() -> None:
     cfg = config()
-    keys = cell.grid_keys(cfg)
+    keys = grid_keys(cfg)
     objectives = [
         ("one_negative", "hinge"),
         ("scrl", "hinge"),
@@ -55,7 +57,7 @@ def test_grid_keys_size_and_order() -> None:
     ]  # one_negative admits no lse
     assert len(keys) == len(objectives) * 2 * 2 * 2
     expected = [
-        cell.CellKey(r, loss, m, n, s)
+        CellKey(r, loss, m, n, s)
         for r, loss in objectives
         for m in (1, 3)
         for n in (10, 20)
@@ -63,19 +65,19 @@ def test_grid_keys_size_and_order() -> None:
     ]
     assert keys == expected
     reordered = config(grid={"m": [3, 1], "seeds": [1]})
-    assert [k.m for k in cell.grid_keys(reordered)[:4]] == [3, 3, 1, 1]  # config order
+    assert [k.m for k in grid_keys(reordered)[:4]] == [3, 3, 1, 1]  # config order
 
 
 def test_cell_id_is_stable_and_distinct() -> None:
     cfg = config()
-    keys = cell.grid_keys(cfg)
+    keys = grid_keys(cfg)
     ids = [k.cell_id(cfg.hash()) for k in keys]
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
-    assert ids == [k.cell_id(config().hash()) for k in cell.grid_keys(config())]
+    assert ids == [k.cell_id(config().hash()) for k in grid_keys(config())]
     other = config(eval={"temperature": 0.25})
     assert keys[0].cell_id(other.hash()) != ids[0]  # the config hash is part of the id
-    assert cell.CellKey("scrl", "lse", 3, 10, 0).cell_id("abc") == cell.CellKey(
+    assert CellKey("scrl", "lse", 3, 10, 0).cell_id("abc") == CellKey(
         "scrl", "lse", 3, 10, 0
     ).cell_id("abc")
 
@@ -83,7 +85,7 @@ def test_cell_id_is_stable_and_distinct() -> None:
 def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) -> None:
     features, tau = run
     cfg = config()
-    key = cell.CellKey("one_negative", "hinge", 1, 20, 0)
+    key = CellKey("one_negative", "hinge", 1, 20, 0)
     row = cell.run_cell(cfg, key, features, tau)
     documented = _documented_cell_columns()
     assert documented[:4] == list(PROVENANCE_COLUMNS)
@@ -95,7 +97,7 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
 def test_run_cell_values(run: tuple[Features, float]) -> None:
     features, tau = run
     cfg = config()
-    key = cell.CellKey("scrl", "hinge", 3, 20, 1)
+    key = CellKey("scrl", "hinge", 3, 20, 1)
     row = cell.run_cell(cfg, key, features, tau)
     assert row["cell_id"] == key.cell_id(cfg.hash())
     assert (row["regime"], row["loss"], row["m"], row["n"], row["seed"]) == (
@@ -140,7 +142,7 @@ def test_run_cell_values(run: tuple[Features, float]) -> None:
 def test_run_cell_shared_negatives_split_the_gap(run: tuple[Features, float]) -> None:
     features, tau = run
     cfg = config()
-    row = cell.run_cell(cfg, cell.CellKey("sscrl", "lse", 3, 10, 0), features, tau)
+    row = cell.run_cell(cfg, CellKey("sscrl", "lse", 3, 10, 0), features, tau)
     assert row["rademacher_rows"] == 2 * 10 + 10 * 3  # shared negatives once per anchor
     assert row["mean_classifier_loss"] == "logistic"
     assert row["gap"] == row["test_loss"] - row["train_loss"]
@@ -153,7 +155,7 @@ def test_run_cell_shared_negatives_split_the_gap(run: tuple[Features, float]) ->
     # LSE is bounded by T log of the largest exp ratio: |score| <= R^2 = 1 so |loss| <= 2
     assert abs(row["train_loss"]) <= 2.0 and abs(row["test_loss"]) <= 2.0
     assert row["test_loss_pool_ci"] > 0 and row["lse_inner_est"] > 0
-    hinge = cell.run_cell(cfg, cell.CellKey("sscrl", "hinge", 3, 10, 0), features, tau)
+    hinge = cell.run_cell(cfg, CellKey("sscrl", "hinge", 3, 10, 0), features, tau)
     assert hinge["sscrl_inner"] is None and hinge["sscrl_total"] is None
     assert "Prop. 4.4" in hinge["sscrl_inner_reason"] and hinge["best_bound"] is None
 
@@ -162,7 +164,7 @@ def test_run_cell_shared_negatives_split_the_gap(run: tuple[Features, float]) ->
 def test_gamma_m_at_one_negative_is_the_seeds_gamma(run: tuple[Features, float], loss: str) -> None:
     features, tau = run
     cfg = config(grid={"losses": ["hinge", "logistic"]})
-    key = cell.CellKey("one_negative", loss, 1, 10, 0)
+    key = CellKey("one_negative", loss, 1, 10, 0)
     row = cell.run_cell(cfg, key, features, tau)
     closed_form = 1.0 * math.sqrt(3 * row["S2"])  # R sqrt(d S2)
     gamma = bounds.saunshi_gamma(closed_form, 10, 1.0, 0.05, loss)
@@ -179,7 +181,7 @@ def test_gamma_m_at_one_negative_is_the_seeds_gamma(run: tuple[Features, float],
 
 def test_lse_upper_side_adds_the_inner_bound(run: tuple[Features, float]) -> None:
     features, tau = run
-    row = cell.run_cell(config(), cell.CellKey("scrl", "lse", 3, 10, 0), features, tau)
+    row = cell.run_cell(config(), CellKey("scrl", "lse", 3, 10, 0), features, tau)
     assert row["lse_inner_bound"] == pytest.approx(min(2.0, 0.5 * math.expm1(2.0) ** 2 / 6))
     assert row["best_bound"] == pytest.approx(
         min(row["gamma_m"], row["gamma_S"], row["gamma_E"]) + row["lse_inner_bound"]
@@ -188,19 +190,19 @@ def test_lse_upper_side_adds_the_inner_bound(run: tuple[Features, float]) -> Non
 
 def test_run_cell_without_tau_has_no_transfer_bound(run: tuple[Features, float]) -> None:
     features, _ = run
-    row = cell.run_cell(config(), cell.CellKey("one_negative", "hinge", 1, 10, 0), features, None)
+    row = cell.run_cell(config(), CellKey("one_negative", "hinge", 1, 10, 0), features, None)
     assert row["gamma_m"] is not None
     assert row["bound_transfer"] is None and row["transfer_holds"] is None and row["tau"] is None
 
 
 def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
     features, tau = run
-    key = cell.CellKey("one_negative", "hinge", 1, 20, 1)
+    key = CellKey("one_negative", "hinge", 1, 20, 1)
     first = cell.run_cell(config(), key, features, tau)
     second = cell.run_cell(config(), key, features, tau)
     assert _without_wall(first) == _without_wall(second)
     other_seed = cell.run_cell(
-        config(), cell.CellKey("one_negative", "hinge", 1, 20, 0), features, tau
+        config(), CellKey("one_negative", "hinge", 1, 20, 0), features, tau
     )
     assert other_seed["train_loss"] != first["train_loss"]
 
@@ -208,9 +210,9 @@ def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
 def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Path) -> None:
     features, tau = run
     cfg = config()
-    job = cell.CellJob(cfg, features, tau, tmp_path / "cells", tmp_path / ".staging", "abc123")
-    key = cell.CellKey("scrl", "lse", 1, 10, 1)
-    row = cell.run_and_write(key, job)
+    job = cells.CellJob(cfg, features, tau, tmp_path / "cells", tmp_path / ".staging", "abc123")
+    key = CellKey("scrl", "lse", 1, 10, 1)
+    row = cells.run_and_write(key, job)
     assert row["dataset"] == "synthetic" and row["cell_git_commit"] == "abc123"
     path = tmp_path / "cells" / f"{key.cell_id(cfg.hash())}.parquet"
     assert [p.name for p in (tmp_path / "cells").iterdir()] == [path.name]
@@ -252,7 +254,7 @@ def test_a_split_cell_in_blocks_equals_the_cell_held_whole(
         eval={"test_anchors": 20, "negative_pool": 16, "rademacher_draws": 64},
     )
     features = _split_features(400, 100)
-    key = cell.CellKey(regime, loss, 3, 20, 0)
+    key = CellKey(regime, loss, 3, 20, 0)
     whole = cell.run_cell(cfg, key, features, None)
     per_anchor = (2 if regime == "sscrl" else 5) * 6
     monkeypatch.setattr(sampling, "BLOCK_ELEMENTS", 6 * per_anchor)  # 6 anchors a block
@@ -275,7 +277,7 @@ def test_a_model_cell_in_blocks_is_certified_and_deterministic(
 ) -> None:
     features, tau = run
     monkeypatch.setattr(sampling, "BLOCK_ELEMENTS", 4 * 5 * 6)  # 4 anchors of 5 rows of p = 6
-    key = cell.CellKey("scrl", "info_nce", 3, 20, 0)
+    key = CellKey("scrl", "info_nce", 3, 20, 0)
     row = cell.run_cell(config(), key, features, tau)
     assert row["sample_blocks"] == 5 and row["rademacher_rows"] == 20 * 5
     assert row["sampling"] == "fresh_from_model" and row["certified"] is True

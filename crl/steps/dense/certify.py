@@ -16,7 +16,7 @@ import torch
 
 from crl.kernels import dense_bounds, dense_mi, dense_queue
 from crl.kernels.certified import Certificate
-from crl.steps.certify import within
+from crl.kernels.stats import within
 
 
 @dataclass(frozen=True)

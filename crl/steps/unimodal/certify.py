@@ -19,7 +19,8 @@ import math
 import torch
 
 from crl.kernels import certified, learner, stats
-from crl.steps.sampling import TrainDraw
+from crl.kernels.stats import within
+from crl.steps.unimodal.sampling import TrainDraw
 
 HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (BOUNDS.md Prop. 4.4)"
 NOT_SSCRL = "not sscrl: the negatives are independent per anchor"
@@ -44,13 +45,6 @@ def feed_statistics(
         part = slice(start, start + rows)
         own = None if sample.shared else views.negative[sample.negatives[part]]  # (b, m, p)
         acc.update(views.anchor[sample.anchors[part]], views.positive[sample.positives[part]], own)
-
-
-def within(gap: float | None, low: float, high: float) -> bool | None:
-    """-low <= gap <= high; None when the gap is unknown."""
-    if gap is None or not math.isfinite(gap):
-        return None
-    return bool(-low <= gap <= high)
 
 
 def bound_columns(

@@ -17,10 +17,10 @@ from crl.core.errors import ConfigError
 from crl.kernels import crops
 from crl.kernels.encoders import RandomConv
 from crl.steps import image_data
-from crl.steps.dense_cell import DenseKey, dense_keys, draw_train, run_dense_cell
-from crl.steps.dense_checks import check_dense
-from crl.steps.dense_embed import DenseEmbedder, cell_labels
-from crl.steps.dense_features import (
+from crl.steps.dense.cell import DenseKey, dense_keys, draw_train, run_dense_cell
+from crl.steps.dense.checks import check_dense
+from crl.steps.dense.embed import DenseEmbedder, cell_labels
+from crl.steps.dense.features import (
     argmax_match,
     draw_negatives,
     load_dense_features,

@@ -1,4 +1,4 @@
-"""crl.steps.sampling and crl.steps.certify: where a cell's tuples come from, and its bounds."""
+"""crl.steps.unimodal.sampling and .certify: where a cell's tuples come from, and its bounds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from crl.kernels import certified
 from crl.kernels.latent import LatentClassModel
-from crl.steps import certify, sampling
 from crl.steps.features import Normalizer, SplitArrays
+from crl.steps.unimodal import certify, sampling
 
 
 def _model() -> LatentClassModel:

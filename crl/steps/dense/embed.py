@@ -5,7 +5,7 @@ Layout: <run>/dense/features/split=<split>/part-<k>.parquet, one row per image:
   row-major, raw backbone outputs), match (list<int16>, K: the geometric correspondent in view 2
   of each view-1 position, -1 for none), labels1, labels2 (list<int16>, K: the majority pixel
   class of each grid cell, -1 where no pixel is labelled).
-The cells stage reads every split once (crl.steps.dense_features) and shares it with all cells
+The cells stage reads every split once (crl.steps.dense.features) and shares it with all cells
 through the object store: 4 K C bytes per view and image (5 GB for 1e5 images at K = 49,
 C = 128). `DenseEmbedder` is one per worker and runs on the worker's device (CUDA when it has one).
 """

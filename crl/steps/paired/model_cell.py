@@ -22,16 +22,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from crl.core.config import Config
 from crl.kernels import bounds, score_model, stats
 from crl.kernels.latent.canonical import CanonicalGaussian, Triples, excess_auc, sample_triples
 from crl.kernels.seeding import generator
 from crl.kernels.solver import Solution, SolverSpec
-
-if TYPE_CHECKING:
-    from crl.steps.cell import CellKey
+from crl.steps.keys import CellKey
 
 BOUNDS_NOTE = "not certified: Gaussian features are unbounded (BOUNDS.md A1 fails)"
 

@@ -7,7 +7,7 @@ import torch
 from crl.core.dense_config import DenseConfig
 from crl.core.errors import ConfigError
 from crl.steps import image_data
-from crl.steps.dense_embed import build_backbone
+from crl.steps.dense.embed import build_backbone
 
 
 def check_dense(dense: DenseConfig) -> None:

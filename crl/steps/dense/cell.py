@@ -19,8 +19,8 @@ from crl.core.config import Config
 from crl.kernels import dense_image, metrics, stats
 from crl.kernels.seeding import generator, short_hash
 from crl.kernels.solver import SolverSpec, apg, autograd, project_ball
-from crl.steps import dense_certify
-from crl.steps.dense_features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
+from crl.steps.dense import certify as dense_certify
+from crl.steps.dense.features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
 
 F64 = torch.float64
 PROBE_POSITIONS = 8192  # positions per split the dense probe is fitted and scored on

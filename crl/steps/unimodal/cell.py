@@ -1,8 +1,9 @@
 """One grid cell end to end: sample -> fit -> evaluate -> bound -> one row of the cells table.
 
-`run_cell` is a function of (config, cell key, features, tau) and returns the row;
-`run_and_write` is the step the executor runs: it writes the row to cells/<cell_id>.parquet.
-Where the tuples come from is crl.steps.sampling; the bound columns are crl.steps.certify.
+`run_cell` is a function of (config, cell key, features, tau) and returns the row; the step
+the executor runs, which writes the row, is crl.steps.cells.run_and_write.
+Where the tuples come from is crl.steps.unimodal.sampling; the bound columns are
+crl.steps.unimodal.certify.
 """
 
 from __future__ import annotations
@@ -11,57 +12,18 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import pyarrow as pa
 import torch
 
-from crl.core.config import Config, GridConfig, SyntheticData, objectives
+from crl.core.config import Config, SyntheticData
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
-from crl.kernels.seeding import derive_seed, generator, short_hash
+from crl.kernels.seeding import derive_seed, generator
 from crl.kernels.solver import SolverSpec
-from crl.steps import certify, data, dense_cell, paired_cell, paired_split_cell, sampling
-from crl.steps.atomic import write_parquet_atomic
-from crl.steps.dense_features import DenseFeatures
+from crl.steps import data
 from crl.steps.embed import build
 from crl.steps.features import Features
-
-
-@dataclass(frozen=True)
-class CellKey:
-    regime: str
-    loss: str
-    m: int
-    n: int
-    seed: int
-
-    def cell_id(self, config_hash: str) -> str:
-        return short_hash(config_hash, self.regime, self.loss, self.m, self.n, self.seed)
-
-
-def grid_keys(config: Config) -> list[CellKey]:
-    """Every cell of the config's grid, in grid order (none without a grid)."""
-    g = config.grid
-    if g is None:
-        return []
-    return [
-        CellKey(regime, loss, m, n, seed)
-        for regime, loss in objectives(g)
-        for m in g.m
-        for n in g.n
-        if _kept(g, regime, m, n)
-        for seed in g.seeds
-    ]
-
-
-def _kept(grid: GridConfig, regime: str, m: int, n: int) -> bool:
-    """Whether (m, n) is inside the grid's limits: m <= m_max_over_n * n, and n m <=
-    scrl_max_negatives for scrl (whose negatives take memory n m)."""
-    if grid.m_max_over_n is not None and m > grid.m_max_over_n * n:
-        return False
-    return not (
-        regime == "scrl" and grid.scrl_max_negatives is not None and n * m > grid.scrl_max_negatives
-    )
+from crl.steps.keys import CellKey
+from crl.steps.unimodal import certify, sampling
 
 
 @dataclass(frozen=True)
@@ -309,38 +271,3 @@ def _downstream(
         "linear_probe_accuracy": float(probe),
         "retrieval_auc": float(metrics.retrieval_auc(pos, neg)),
     }
-
-
-@dataclass(frozen=True)
-class CellJob:
-    """What every cell of a run shares: the config, the features and tau (single-modality
-    data) or the paired source (paired data), and where rows go."""
-
-    config: Config
-    features: Features | None
-    tau: float | None
-    cells_dir: Path
-    staging: Path
-    git_commit: str = "unknown"
-    paired: paired_cell.PairedSource | paired_split_cell.PairedSplits | None = None
-    dense: DenseFeatures | None = None
-
-
-def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
-    """The step of the cells stage: compute one cell and write its row atomically, with the
-    commit of the code that computed it (`cell_git_commit`)."""
-    cell_id = key.cell_id(job.config.hash())
-    if isinstance(key, dense_cell.DenseKey):
-        row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
-        row["dataset"] = job.config.dense.images.kind
-    elif isinstance(job.paired, paired_cell.PairedSource):
-        row = paired_cell.run_paired_cell(job.config, key, cell_id, job.paired)
-    elif isinstance(job.paired, paired_split_cell.PairedSplits):
-        row = paired_split_cell.run_paired_split_cell(job.config, key, cell_id, job.paired)
-    else:
-        row = run_cell(job.config, key, job.features, job.tau)
-    row["cell_git_commit"] = job.git_commit
-    row.setdefault("dataset", job.config.dataset.kind if job.config.dataset else None)
-    path = job.cells_dir / f"{row['cell_id']}.parquet"
-    write_parquet_atomic(pa.Table.from_pylist([row]), path, job.staging)
-    return row

@@ -1,0 +1,83 @@
+"""The step of the cells stage and the one place that picks a cell's family: a dense key goes to
+the dense cell, a grid key to the paired cell of the job's paired source (model or split), else
+to the unimodal cell. A new family adds its key or source here and a folder beside the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+
+from crl.core.config import Config
+from crl.steps.atomic import write_parquet_atomic
+from crl.steps.dense import cell as dense_cell
+from crl.steps.dense.features import DenseFeatures, load_dense_features
+from crl.steps.features import Features, load_features, tau_of
+from crl.steps.keys import CellKey, grid_keys
+from crl.steps.paired import model_cell, split_cell
+from crl.steps.runfolder import RunPaths
+from crl.steps.unimodal import cell as unimodal_cell
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What every cell of a run shares: the config, the features and tau (single-modality
+    data), the paired source (paired data) or the dense features, and where rows go."""
+
+    config: Config
+    features: Features | None
+    tau: float | None
+    cells_dir: Path
+    staging: Path
+    git_commit: str = "unknown"
+    paired: model_cell.PairedSource | split_cell.PairedSplits | None = None
+    dense: DenseFeatures | None = None
+
+
+def all_keys(config: Config) -> list[CellKey | dense_cell.DenseKey]:
+    """Every cell of a run, in order: the (regime, loss, m, n, seed) grid, then the dense grid."""
+    return [*grid_keys(config), *dense_cell.dense_keys(config)]
+
+
+def cell_job(config: Config, paths: RunPaths, commit: str) -> CellJob:
+    """The shared part of every cell: the features and tau, or the paired source; and the dense
+    position features."""
+    job = _grid_job(config, paths, commit)
+    if config.dense is None:
+        return job
+    backbone = config.dense.backbone
+    features = load_dense_features(paths.dense_features, backbone.grid**2, backbone.normalise)
+    return replace(job, dense=features)
+
+
+def _grid_job(config: Config, paths: RunPaths, commit: str) -> CellJob:
+    common = (paths.cells, paths.staging, commit)
+    if config.grid is None:
+        return CellJob(config, None, None, *common)
+    if config.dataset.kind == "paired_gaussian":
+        return CellJob(config, None, None, *common, model_cell.source(config))
+    if config.dataset.kind == "paired_parquet":
+        return CellJob(config, None, None, *common, split_cell.load(config, paths.data))
+    features = load_features(paths.features)
+    return CellJob(config, features, tau_of(config, features.train.labels), *common)
+
+
+def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
+    """The step of the cells stage: compute one cell and write its row atomically, with the
+    commit of the code that computed it (`cell_git_commit`)."""
+    cell_id = key.cell_id(job.config.hash())
+    if isinstance(key, dense_cell.DenseKey):
+        row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
+        row["dataset"] = job.config.dense.images.kind
+    elif isinstance(job.paired, model_cell.PairedSource):
+        row = model_cell.run_paired_cell(job.config, key, cell_id, job.paired)
+    elif isinstance(job.paired, split_cell.PairedSplits):
+        row = split_cell.run_paired_split_cell(job.config, key, cell_id, job.paired)
+    else:
+        row = unimodal_cell.run_cell(job.config, key, job.features, job.tau)
+    row["cell_git_commit"] = job.git_commit
+    row.setdefault("dataset", job.config.dataset.kind if job.config.dataset else None)
+    path = job.cells_dir / f"{row['cell_id']}.parquet"
+    write_parquet_atomic(pa.Table.from_pylist([row]), path, job.staging)
+    return row
