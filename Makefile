@@ -24,12 +24,16 @@ $(STAMP):
 quickstart: $(STAMP)
 	$(VENV)/bin/crl run conf/quickstart.yaml
 
+# The suite runs on every CPU (at most 4 workers: each holds a Prefect server of its own), a
+# module at a time per worker (loadscope), so a module's shared run is computed once.
+XDIST := -n auto --maxprocesses 4 --dist loadscope
+
 test: $(STAMP)
-	@$(VENV)/bin/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	@$(VENV)/bin/python -m pytest -q -p no:cacheprovider $(XDIST); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is missing" >&2; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(VENV)/bin/python -m pytest -q $(XDIST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check crl flows tests bench

@@ -7,14 +7,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import services
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def crl(
-    *args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path | None = None,
+    timeout: int = 600,
+    env: dict[str, str] | None = None,
+    prefect: str = "session",
 ) -> subprocess.CompletedProcess:
-    """Run the crl CLI in a fresh process, as a user would."""
+    """Run the crl CLI in a fresh process, as a user would.
+
+    `prefect`: "session" points the command at the test session's Prefect server (started on
+    first use; a user's PREFECT_API_URL works the same way); "temporary" lets it start Prefect's
+    temporary server of its own, as `crl run` does on a laptop.
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    if prefect == "session":
+        env["PREFECT_API_URL"] = services.session_prefect().api
+    elif prefect == "temporary":
+        env.pop("PREFECT_API_URL", None)
+    else:
+        raise ValueError(f"prefect={prefect!r}: expected 'session' or 'temporary'")
     return subprocess.run(
         [sys.executable, "-m", "crl", *args],
         cwd=cwd or REPO,
@@ -23,3 +42,7 @@ def crl(
         text=True,
         timeout=timeout,
     )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    services.stop_session_prefect()

@@ -67,24 +67,29 @@ def run(
     """Run (or resume) the Prefect flow bound_grid over the config's (m, n) grid."""
     from crl.core import config as crl_config
     from crl.core.errors import ConfigError
-    from crl.orchestration import runtime, watchdog
+    from crl.orchestration import local_prefect, runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
-    from crl.steps.runfolder import prepare
 
     try:
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load(config, set_)
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
-        prepare(cfg, out, local=runtime.is_local(ray_address))  # every check before any start
-        runtime.prefect_local_env()
+        local_prefect.prefect_local_env()
     except ConfigError as err:
         fail(str(err))
     watchdog.start()  # stops Prefect's server and Ray should this process be killed
-    from crl.orchestration.flows import bound_grid
-
+    # Prefect's local server starts first: its 4-5 s overlap the checks and imports below. A
+    # check that fails stops it at exit (it has written nothing of the run).
+    prefect_ready = local_prefect.start_server()
     with _interruptible():
         try:
+            from crl.steps.runfolder import prepare
+
+            prepare(cfg, out, local=runtime.is_local(ray_address))  # every check before work
+            from crl.orchestration.flows import bound_grid
+
+            prefect_ready()
             result = bound_grid(
                 config, list(set_), out, ray_address, not quiet, executor, recompute_stale
             )
@@ -133,7 +138,7 @@ def check(
     """Verify every statement of the sources on generated instances (flow theorem_checks)."""
     from crl.core import config as crl_config
     from crl.core.errors import ConfigError
-    from crl.orchestration import runtime, watchdog
+    from crl.orchestration import local_prefect, runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
     from crl.steps.runfolder import prepare_checks
 
@@ -143,13 +148,18 @@ def check(
         cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         prepare_checks(cfg, out)
-        runtime.prefect_local_env()
+        local_prefect.prefect_local_env()
     except ConfigError as err:
         fail(str(err))
     watchdog.start()  # stops Prefect's server and Ray should this process be killed
-    from crl.orchestration.flows import theorem_checks
-
+    prefect_ready = local_prefect.start_server()
     with _interruptible():
+        from crl.orchestration.flows import theorem_checks
+
+        try:
+            prefect_ready()
+        except ConfigError as err:
+            fail(str(err))
         result = theorem_checks(
             config, out, instances, ray_address, not quiet, list(set_), executor
         )

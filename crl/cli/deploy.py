@@ -28,6 +28,13 @@ CronOpt = Annotated[str, typer.Option(help="cron schedule")]
 TimezoneOpt = Annotated[str, typer.Option(help="IANA time zone of the cron schedule")]
 WaitOpt = Annotated[bool, typer.Option(help="follow the logs; exit with the job's code")]
 PausedOpt = Annotated[bool, typer.Option(help="create the deployment with its schedule paused")]
+ModuleOverridesOpt = Annotated[
+    bool,
+    typer.Option(
+        help="let run parameters name the code a run imports (dense.backbone.module): anyone who "
+        "may start a run of this deployment may then run code on its workers"
+    ),
+]
 
 
 def _default_name(name: str | None, config: str | None) -> str:
@@ -47,15 +54,24 @@ def deploy(
     ray_address: RayOpt = None,
     instances: InstancesOpt = None,
     paused: PausedOpt = False,
+    allow_module_overrides: ModuleOverridesOpt = False,
 ) -> None:
     """Create or update a scheduled Prefect deployment of FLOW on PREFECT_API_URL."""
     from crl.orchestration import deploy as deploy_flows
 
     try:
-        params = deploy_flows.flow_parameters(flow, config, set_, out, ray_address, instances)
+        params = deploy_flows.flow_parameters(
+            flow, config, set_, out, ray_address, instances, allow_module_overrides
+        )
         schedule = deploy_flows.check_schedule(cron, timezone)
         done = deploy_flows.deploy(
-            flow, _default_name(name, config), pool, schedule, params, paused
+            flow,
+            _default_name(name, config),
+            pool,
+            schedule,
+            params,
+            paused,
+            allow_module_overrides,
         )
     except DeployError as err:
         fail(str(err))
@@ -83,6 +99,7 @@ def serve(
     instances: InstancesOpt = None,
     paused: PausedOpt = False,
     limit: Annotated[int, typer.Option(help="flow runs at a time")] = 1,
+    allow_module_overrides: ModuleOverridesOpt = False,
 ) -> None:
     """Serve a scheduled deployment of FLOW from this process (no work pool) until Ctrl-C."""
     from crl.orchestration import deploy as deploy_flows
@@ -90,9 +107,19 @@ def serve(
     if limit < 1:
         fail(f"--limit: must be at least 1 (got {limit})")
     try:
-        params = deploy_flows.flow_parameters(flow, config, set_, out, ray_address, instances)
+        params = deploy_flows.flow_parameters(
+            flow, config, set_, out, ray_address, instances, allow_module_overrides
+        )
         schedule = deploy_flows.check_schedule(cron, timezone)
-        deploy_flows.serve(flow, _default_name(name, config), schedule, params, paused, limit)
+        deploy_flows.serve(
+            flow,
+            _default_name(name, config),
+            schedule,
+            params,
+            paused,
+            limit,
+            allow_module_overrides,
+        )
     except DeployError as err:
         fail(str(err))
 

@@ -312,6 +312,25 @@ def _with_overrides(tree: dict, overrides: list[str]) -> dict:
     return tree
 
 
+# The fields that decide which code a run imports and calls: the dense backbone's module.
+CODE_FIELDS = ("dense.backbone.kind", "dense.backbone.module", "dense.backbone.module_kwargs")
+
+
+def overrides_naming_code(config: Config, overrides: list[str]) -> list[str]:
+    """The keys of `overrides` that chose the code `config` runs: when its dense backbone is a
+    user module (kind "module"), every override on the path to CODE_FIELDS (`dense`,
+    `dense.backbone`, the fields themselves, or keys inside `module_kwargs`). Empty when the
+    module, if any, comes from the config file alone."""
+    if config.dense is None or config.dense.backbone.kind != "module":
+        return []
+    keys = [parse_override(text)[0] for text in overrides]
+    return [
+        key
+        for key in keys
+        if any(f == key or f.startswith(key + ".") or key.startswith(f + ".") for f in CODE_FIELDS)
+    ]
+
+
 def load(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
     return validate(_with_overrides(_read_yaml(path), list(overrides)))

@@ -88,10 +88,11 @@ class ViewsConfig(_Strict):
 
 class BackboneConfig(_Strict):
     """The frozen backbone: a seeded random conv net ("random_conv": `layers` 3x3 conv + ReLU
-    layers of `channels`, the first `downsample` of them with stride 2), or a user module
-    ("module": `module` = "package.module:attribute", called with `module_kwargs`, no weights
-    are downloaded). Its feature map is average-pooled to a `grid` x `grid` grid; each position
-    feature is centred on the train mean, then put in the unit ball (D1) by `normalise`:
+    layers of `channels`, the first `downsample` of them with stride 2), or a user network
+    ("module": `module` = "package.module:Class", a subclass of torch.nn.Module checked before it
+    is called, built with `module_kwargs`; no weights are downloaded; the README's trust model
+    says who may name one). Its feature map is average-pooled to a `grid` x `grid` grid; each
+    position feature is centred on the train mean, then put in the unit ball (D1) by `normalise`:
     "scale" divides every feature by the largest norm over the run (norms keep their spread),
     "unit" divides each feature by its own norm (every norm 1, as DenseCL's normalised
     embeddings; a zero feature stays zero)."""
@@ -110,9 +111,9 @@ class BackboneConfig(_Strict):
     @model_validator(mode="after")
     def _module_named(self) -> BackboneConfig:
         if self.kind == "module" and not self.module:
-            raise ValueError("module: kind 'module' needs module: 'package.module:attribute'")
+            raise ValueError("module: kind 'module' needs module: 'package.module:Class'")
         if self.kind == "module" and ":" not in self.module:
-            raise ValueError(f"module: {self.module!r} is not 'package.module:attribute'")
+            raise ValueError(f"module: {self.module!r} is not 'package.module:Class'")
         return self
 
 

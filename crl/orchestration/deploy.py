@@ -21,6 +21,10 @@ from crl.orchestration import runtime
 
 REPO = runtime.REPO
 
+# A deployment whose parameters may name the code its runs import (the dense backbone's module):
+# set by `crl deploy --allow-module-overrides`, read from the deployment itself at run time.
+MODULE_OVERRIDES_TAG = "crl:module-overrides"
+
 FLOW_ENTRYPOINTS = {
     "bound_grid": "flows/bound_grid.py:bound_grid",
     "theorem_checks": "flows/theorem_checks.py:theorem_checks",
@@ -51,6 +55,35 @@ def portable_path(path: str | Path) -> str:
         return str(resolved)
 
 
+def _refuse_code_overrides(named: list[str], where: str) -> None:
+    raise ConfigError(
+        f"{where} {', '.join(named)}: a deployment's parameters may not name the code a run "
+        "imports (dense.backbone.module); name it in the config file on the worker, or deploy "
+        "with --allow-module-overrides"
+    )
+
+
+def check_code_overrides(config: crl_config.Config, overrides: list[str]) -> None:
+    """Refuse overrides that name the code a run imports (dense.backbone.module and its
+    kwargs) when the flow runs for a deployment that did not opt in. Anyone who may start a
+    deployment's run may set its parameters; only who deploys decides what code it runs.
+    A flow run outside a deployment (`crl run`, `crl submit`) is its user's own command."""
+    named = crl_config.overrides_naming_code(config, overrides)
+    if not named:
+        return
+    from prefect.runtime import deployment
+
+    deployment_id = deployment.id
+    if deployment_id is None:
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        tags = client.read_deployment(deployment_id).tags
+    if MODULE_OVERRIDES_TAG not in tags:
+        _refuse_code_overrides(named, "overrides")
+
+
 def flow_parameters(
     flow: str,
     config: str | None,
@@ -58,6 +91,7 @@ def flow_parameters(
     out: str,
     ray_address: str | None,
     instances: int | None,
+    allow_module_overrides: bool = False,
 ) -> dict[str, Any]:
     """The deployment's default parameters, checked now rather than at the first scheduled run."""
     if flow not in FLOW_ENTRYPOINTS:
@@ -70,7 +104,10 @@ def flow_parameters(
         if config is None:
             raise DeployError("--config: bound_grid needs a config, e.g. conf/quickstart.yaml")
         try:
-            crl_config.load(config, overrides)
+            loaded = crl_config.load(config, overrides)
+            named = crl_config.overrides_naming_code(loaded, overrides)
+            if named and not allow_module_overrides:
+                _refuse_code_overrides(named, "--set")
         except ConfigError as err:
             raise DeployError(str(err)) from None
         return {
@@ -156,6 +193,10 @@ def _load_flow(flow: str) -> Any:
     return Flow.from_source(source=str(REPO), entrypoint=entrypoint)
 
 
+def _tags(allow_module_overrides: bool) -> list[str]:
+    return ["crl", MODULE_OVERRIDES_TAG] if allow_module_overrides else ["crl"]
+
+
 def _schedules(schedule: Schedule) -> list:
     from prefect.schedules import Cron
 
@@ -169,6 +210,7 @@ def deploy(
     schedule: Schedule,
     parameters: dict[str, Any],
     paused: bool = False,
+    allow_module_overrides: bool = False,
 ) -> Deployed:
     """Create or update `FLOW/NAME` on the Prefect server, run by workers of the process pool."""
     url = _api_url()
@@ -180,7 +222,7 @@ def deploy(
         schedules=_schedules(schedule),
         parameters=parameters,
         paused=paused,
-        tags=["crl"],
+        tags=_tags(allow_module_overrides),
         version=runtime.git_commit(),
         build=False,
         push=False,
@@ -200,6 +242,7 @@ def serve(
     parameters: dict[str, Any],
     paused: bool = False,
     limit: int | None = None,
+    allow_module_overrides: bool = False,
 ) -> None:
     """Create `FLOW/NAME` and run its flow runs from this process until interrupted.
 
@@ -213,7 +256,7 @@ def serve(
         schedules=_schedules(schedule),
         parameters=parameters,
         paused=paused,
-        tags=["crl"],
+        tags=_tags(allow_module_overrides),
         version=runtime.git_commit(),
         limit=limit,
     )

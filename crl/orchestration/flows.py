@@ -17,7 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from crl.core import config as crl_config
-from crl.orchestration import artifacts, runtime, stages
+from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
 from crl.steps import check_tables, report, tables
@@ -100,17 +100,20 @@ def aggregate(
         ms.confidence,
         config.seed,
     )
-    out = tables.write_grid_tables(cell_files, paths.tables, paths.staging, prov, spec)
-    flags = [c for c in tables.CHECKED_HOLDS if c in out["cells"].columns]
+    cells_table, _ = tables.write_grid_tables_if_changed(
+        cell_files, paths.tables, paths.staging, prov, spec
+    )
+    flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]
     if not flags:
         return 0, 0
-    checked = pl.concat([out["cells"][c].drop_nulls().cast(pl.Int64) for c in flags])
+    checked = pl.concat([cells_table[c].drop_nulls().cast(pl.Int64) for c in flags])
     return checked.len(), int(checked.sum() or 0)
 
 
 @task(name="report", cache_policy=NO_CACHE)
 def render(paths: RunPaths) -> str:
-    return str(report.build(paths.tables, paths.report, paths.staging))
+    """The report, rebuilt only when the tables changed since it was last built."""
+    return str(report.build_if_changed(paths.tables, paths.report, paths.staging)[0])
 
 
 @flow(name="bound_grid", log_prints=True)
@@ -125,10 +128,11 @@ def bound_grid(
 ) -> dict:
     """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
     config = crl_config.load(config_path, overrides or [])
+    deploy.check_code_overrides(config, overrides or [])  # before anything imports the module
     paths = prepare(config, Path(out), local=is_local(ray_address))
     clock = _StageClock()
     runner = make_executor(executor, ray_address)
-    where = runner.start()
+    runner.start()
     runner.check_cpus(config.runtime.cell_cpus)
     clock.lap("start")
     materialize(config, paths, runner)
@@ -155,7 +159,7 @@ def bound_grid(
             checked,
             held,
             page,
-            where,
+            runner.where(),
             clock.seconds,
         )
     )
@@ -199,10 +203,10 @@ def theorem_checks(
     )
     paths = prepare_checks(config, Path(out))
     runner = make_executor(executor, ray_address)
-    where = runner.start()
+    runner.start()
     units, computed = run_instances(config, paths, runner, progress)
     summary = aggregate_checks(config, paths)
     page = render_checks(paths)
     paths.clean_staging()
     artifacts.publish_checks(paths.root, summary, page)
-    return asdict(CheckResult(str(paths.root), units, computed, summary, page, where))
+    return asdict(CheckResult(str(paths.root), units, computed, summary, page, runner.where()))

@@ -1,4 +1,5 @@
-"""Start or connect Ray, set up Prefect's local mode, and read provenance (version, git commit)."""
+"""Start or connect Ray, and read provenance (version, git commit). Prefect's local mode is
+crl.orchestration.local_prefect."""
 
 from __future__ import annotations
 
@@ -16,44 +17,6 @@ from crl.core.errors import ConfigError
 from crl.core.provenance import PROVENANCE_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: crl/orchestration/runtime.py
-
-
-def prefect_home() -> Path:
-    """CRL_PREFECT_HOME, else the user's cache ($XDG_CACHE_HOME or ~/.cache)/crl/prefect: a
-    writable place even when crl's code is read-only (a container, a system-wide install)."""
-    if os.environ.get("CRL_PREFECT_HOME"):
-        return Path(os.environ["CRL_PREFECT_HOME"])
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "crl" / "prefect"
-
-
-def prefect_local_env(home: Path | None = None) -> None:
-    """Prefect in local mode: a temporary server on 127.0.0.1 with a persistent, git-ignored home.
-
-    A persistent PREFECT_HOME keeps the SQLite database between runs, so the temporary server
-    skips its migrations the second time (about 20 s -> 7 s here). Analytics and telemetry are
-    off: the analytics heartbeat is what locks SQLite ("database is locked").
-    """
-    if os.environ.get("PREFECT_API_URL"):
-        return
-    home = home or prefect_home()
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(
-            f"Prefect home {home}: cannot create it ({err.strerror}); set CRL_PREFECT_HOME to a "
-            "writable folder"
-        ) from None
-    os.environ.setdefault("PREFECT_HOME", str(home))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # run logs (crl's progress lines) reach the API and the UI; the console shows warnings only
-    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "INFO")
-    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "INFO")
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
 
 
 def is_local(address: str | None) -> bool:
@@ -93,13 +56,9 @@ def local_cpus() -> int:
     return int(value)
 
 
-def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
-    """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1 with
-    `num_cpus` CPUs (default: `local_cpus()`).
-
-    A bare ray.init() silently attaches to any running cluster; address="local" never does.
-    Returns a short description of where the work runs.
-    """
+def ray_environment(address: str | None = None) -> None:
+    """The variables Ray reads when it is imported, set before anything imports it: token auth
+    for a private local Ray, no usage stats, loopback binding. Idempotent."""
     address = address or os.environ.get("RAY_ADDRESS")
     local = not address or address == "local"
     if local and "RAY_AUTH_MODE" not in os.environ:
@@ -115,6 +74,18 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         # (ray/_private/ray_constants.py, services.get_node_ip_address), and every component
         # binds loopback only when the node IP is loopback, a wildcard otherwise. Read at import.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
+    """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1 with
+    `num_cpus` CPUs (default: `local_cpus()`).
+
+    A bare ray.init() silently attaches to any running cluster; address="local" never does.
+    Returns a short description of where the work runs.
+    """
+    address = address or os.environ.get("RAY_ADDRESS")
+    local = not address or address == "local"
+    ray_environment(address)
     import ray
 
     if ray.is_initialized():

@@ -213,7 +213,9 @@ def test_digits_augmented_small_cnn(tmp_path: Path) -> None:
             "rademacher_draws": 4,
         },
     }
-    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet")
+    # the local executor: the Ray path of the embed and cells stages is tiny_run's
+    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet",
+              "--executor", "local")
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     features = pq.read_table(run_dir / "features" / "split=train" / "part-00000.parquet")
@@ -243,7 +245,8 @@ def test_user_parquet(tmp_path: Path) -> None:
         "grid": {"regimes": ["sscrl"], "losses": ["lse"], "m": [2], "n": [30], "seeds": [0]},
         "eval": {"rademacher_draws": 4},
     }
-    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet")
+    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet",
+              "--executor", "local")
     assert out.returncode == 0, out.stderr[-3000:]
     cells = pl.read_parquet(next((tmp_path / "runs").iterdir()) / "tables" / "cells.parquet")
     assert cells.height == 1 and cells["p"][0] == 16

@@ -3,16 +3,15 @@ process work pool and worker, `crl serve`, and a two-node Ray cluster with token
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,11 +21,11 @@ import pytest
 import yaml
 
 from crl.core import config as crl_config
-from crl.core.errors import DeployError
+from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import deploy, submit
+from tests import services
 from tests.conftest import REPO
-
-BIN = Path(sys.executable).parent
+from tests.services import BIN, free_port, start, stop, wait_for
 
 TINY = {
     "name": "deploy-tiny",
@@ -50,10 +49,6 @@ TINY = {
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_tiny(folder: Path) -> Path:
@@ -62,45 +57,10 @@ def write_tiny(folder: Path) -> Path:
     return path
 
 
-def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"{what}: the process exited with {proc.returncode}")
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not ready after {timeout:.0f} s")
 
 
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """A service in its own process group, so that teardown reaches its children too."""
-    with log.open("ab") as sink:
-        return subprocess.Popen(
-            args, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
 
 
-def stop(*procs: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 15) -> None:
-    """Signal each process group, wait for them together, then kill what is left."""
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
 
 
 def kill_marked(marker: str) -> None:
@@ -219,37 +179,10 @@ def crl_env(args: list[str], extra: dict[str, str], timeout: int = 600):
 
 
 @pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    folder = tmp_path_factory.mktemp("prefect")
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
-        "PREFECT_HOME": str(folder / "home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    }
-    log = folder / "server.log"
-    server = start(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env,
-        log,
-    )
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{api}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for("prefect server", healthy, 180, server)
-        yield {"env": env, "api": api, "folder": folder, "log": log}
-    finally:
-        stop(server, sig=signal.SIGINT)
+def prefect_server() -> dict:
+    """The test session's Prefect server (tests/services.py)."""
+    server = services.session_prefect()
+    return {"env": server.env, "api": server.api, "folder": server.folder, "log": server.log}
 
 
 def prefect(args: list[str], env: dict, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -364,8 +297,81 @@ def test_serve_runs_a_triggered_flow_run(prefect_server: dict, tmp_path: Path) -
         )
         assert flow_run_state(api, run_id) == "COMPLETED", (tmp_path / "serve.log").read_text()
         assert cells_of(runs).height == 2
+
+        # the probe: a run's parameters added a dense section whose backbone is os:system
+        marker = tmp_path / "ran"
+        dense = {
+            "images": {"kind": "shapes", "size": 16, "train_size": 8, "test_size": 4},
+            "views": {"size": 8},
+            "grid": {"m": [2], "n": [4]},
+            "backbone": {
+                "kind": "module",
+                "module": "os:system",
+                "module_kwargs": {"command": f"touch {marker}"},
+            },
+        }
+        params = json.dumps({"overrides": [f"dense={json.dumps(dense)}"]})
+        triggered = prefect(
+            ["deployment", "run", "bound_grid/tiny-served", "--params", params], env
+        )
+        run_id = UUID.search(triggered.stdout).group(0)
+        wait_for(
+            "refused flow run",
+            lambda: flow_run_state(api, run_id) in {"COMPLETED", "FAILED", "CRASHED"},
+            300,
+            served,
+        )
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]
+        assert state["type"] == "FAILED", state
+        assert "--allow-module-overrides" in state["message"], state["message"]
+        assert not marker.exists()
     finally:
         stop(served, sig=signal.SIGINT)
+
+
+CODE_OVERRIDES = [
+    "dense.backbone.kind=module",
+    "dense.backbone.module=os:system",
+    "dense.backbone.module_kwargs={command: 'touch /nonexistent/x'}",
+]
+
+
+@pytest.mark.slow
+def test_run_parameters_name_code_only_where_the_deployment_opted_in(
+    prefect_server: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    quickstart = str(REPO / "conf" / "quickstart.yaml")
+    named = crl_config.load(quickstart, CODE_OVERRIDES)
+    other = ["grid.m=[1]", "dense.backbone.seed=3"]
+    assert crl_config.overrides_naming_code(named, CODE_OVERRIDES) == [
+        "dense.backbone.kind",
+        "dense.backbone.module",
+        "dense.backbone.module_kwargs",
+    ]
+    assert crl_config.overrides_naming_code(crl_config.load(quickstart, other), other) == []
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["api"]}):
+        with get_client(sync_client=True) as client:
+            flow_id = client.create_flow_from_name("bound_grid")
+            plain = client.create_deployment(flow_id=flow_id, name="plain", tags=["crl"])
+            opted = client.create_deployment(
+                flow_id=flow_id, name="opted", tags=["crl", deploy.MODULE_OVERRIDES_TAG]
+            )
+        deploy.check_code_overrides(named, CODE_OVERRIDES)  # `crl run`: the user's own command
+        monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", str(plain))
+        with pytest.raises(ConfigError, match="dense.backbone.module.*--allow-module-overrides"):
+            deploy.check_code_overrides(named, CODE_OVERRIDES)
+        deploy.check_code_overrides(crl_config.load(quickstart, other), other)
+        monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", str(opted))
+        deploy.check_code_overrides(named, CODE_OVERRIDES)
+    with pytest.raises(DeployError, match="--set dense.backbone.kind"):
+        deploy.flow_parameters("bound_grid", quickstart, CODE_OVERRIDES, "runs", None, None)
+    allowed = deploy.flow_parameters(
+        "bound_grid", quickstart, CODE_OVERRIDES, "runs", None, None, allow_module_overrides=True
+    )
+    assert allowed["overrides"] == CODE_OVERRIDES
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from crl.core.errors import ConfigError
 from crl.orchestration.executor import (
     Failure,
     LocalExecutor,
@@ -52,8 +53,20 @@ def threads() -> Iterator[int]:
     torch.set_num_threads(before)
 
 
-def test_start_says_where() -> None:
-    assert "local executor" in LocalExecutor().start()
+def test_where_says_where() -> None:
+    local = LocalExecutor()
+    local.start()
+    assert "local executor" in local.where()
+
+
+def test_a_private_ray_starts_with_the_first_item_only() -> None:
+    runner = RayExecutor(None)
+    runner.start()
+    runner.check_cpus(1)  # against the CPUs the private Ray would offer, without starting it
+    assert runner.map(scale_step, [], {"factor": 2}, label="none", progress=False) == []
+    assert "not started" in runner.where()
+    with pytest.raises(ConfigError, match="runtime.cell_cpus"):
+        runner.check_cpus(10_000)
 
 
 def test_map_runs_the_step_over_items_in_order() -> None:

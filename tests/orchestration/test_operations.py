@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 import yaml
 
+from tests import services
 from tests.conftest import REPO, crl
 from tests.orchestration.test_bound_grid import TINY, write_config
 
@@ -45,8 +46,8 @@ def test_progress_lines_in_a_non_tty_run(tmp_path: Path) -> None:
 
 ARTIFACTS = """
 import sys
-from crl.orchestration import runtime
-runtime.prefect_local_env()
+from crl.orchestration import local_prefect
+local_prefect.prefect_local_env()
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from crl.orchestration.flows import bound_grid, theorem_checks
@@ -67,9 +68,10 @@ for state in (
 
 def test_flow_runs_publish_artifacts_read_back_from_the_api(tmp_path: Path) -> None:
     path = write_config(tmp_path, SMALL)
+    env = {**os.environ, "PREFECT_API_URL": services.session_prefect().api}
     out = subprocess.run(
         [sys.executable, "-c", ARTIFACTS, str(path), str(tmp_path / "runs")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [line.split() for line in out.stdout.splitlines() if line.startswith("ARTIFACT")]
@@ -154,6 +156,33 @@ def test_bad_config_files_exit_2_with_one_bounded_line(tmp_path: Path) -> None:
                          str(tmp_path / "runs")), "empty list")
 
 
+@pytest.mark.parametrize(
+    ("module", "words"),
+    [
+        ("os:system", "not a subclass of torch.nn.Module"),
+        ("sys:exit", "not a subclass of torch.nn.Module"),  # exited 0 with no output
+        ("tests.steps.dense.backbones:ExitNet", "raised SystemExit"),
+        ("tests.steps.dense.backbones:NanNet", "non-finite features"),
+    ],
+)
+def test_a_backbone_module_runs_nothing_but_a_network(
+    tmp_path: Path, module: str, words: str
+) -> None:
+    """The probe of the trust issue, as it was typed: `module: os:system` ran the shell command
+    during validation, then exited 2; `sys:exit` exited 0 having run nothing."""
+    marker = tmp_path / "x"
+    out = crl(
+        "run", "conf/dense.yaml", "--executor", "local", "--out", str(tmp_path / "runs"),
+        "--set", "dense.backbone.kind=module", "--set", f"dense.backbone.module={module}",
+        "--set", f'dense.backbone.module_kwargs={{command: "id > {marker}"}}'
+        if module == "os:system" else "dense.backbone.module_kwargs={}",
+        timeout=120,
+    )
+    _one_line_exit_2(out, "config field dense.backbone", words)
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()
+
+
 def test_report_of_an_empty_tables_folder_exit_2(tmp_path: Path) -> None:
     (tmp_path / "run" / "tables").mkdir(parents=True)
     _one_line_exit_2(crl("report", str(tmp_path / "run")), "no summary/fits or checks tables")
@@ -176,34 +205,37 @@ def test_read_only_run_folder_exit_2(tmp_path: Path) -> None:
 
 
 def test_prefect_home_defaults_to_a_writable_cache(tmp_path: Path) -> None:
-    from crl.orchestration import runtime
+    from crl.orchestration import local_prefect
 
     env = {k: v for k, v in os.environ.items() if k != "CRL_PREFECT_HOME"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    code = "from crl.orchestration import runtime; print(runtime.prefect_home())"
+    code = "from crl.orchestration import local_prefect; print(local_prefect.prefect_home())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=REPO)
     assert out.stdout.strip() == str(tmp_path / "cache" / "crl" / "prefect")
-    assert runtime.prefect_home() != REPO / ".prefect" or os.environ.get("CRL_PREFECT_HOME")
+    assert local_prefect.prefect_home() != REPO / ".prefect" or os.environ.get("CRL_PREFECT_HOME")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_stops_at_once_and_the_rerun_resumes(tmp_path: Path, sig: int) -> None:
     """Defect 6: Ctrl-C or SIGTERM cancels the queued cells, stops the servers crl started and
     exits 130 within seconds with one line on how to resume; the rerun completes."""
-    path = write_config(tmp_path, dict(TINY, grid=dict(TINY["grid"], seeds=[0, 1, 2])))
+    path = write_config(tmp_path, dict(TINY, grid=dict(TINY["grid"], seeds=[0])))  # 20 cells
     runs = tmp_path / "runs"
+    env = dict(os.environ)  # SIGTERM: Prefect's temporary server; SIGINT: the session's server
+    if sig == signal.SIGINT:
+        env["PREFECT_API_URL"] = services.session_prefect().api
     driver = subprocess.Popen(
         [sys.executable, "-m", "crl", "run", str(path), "--out", str(runs), "--quiet"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list(runs.glob("*/cells/*.parquet"))) < 5:
+    while time.monotonic() < deadline and len(list(runs.glob("*/cells/*.parquet"))) < 2:
         assert driver.poll() is None, "the run finished before it could be interrupted"
         time.sleep(0.05)
     children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == driver.pid
                 and b"crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_bytes()]
-    assert children  # Prefect's temporary server and Ray's processes
+    assert children  # Ray's processes, and Prefect's temporary server when crl started one
     sent = time.monotonic()
     driver.send_signal(sig)
     _, stderr = driver.communicate(timeout=120)
@@ -216,7 +248,7 @@ def test_interrupt_stops_at_once_and_the_rerun_resumes(tmp_path: Path, sig: int)
         time.sleep(0.5)
         alive = [p for p in children if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
     assert alive == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in alive]
-    again = crl("run", str(path), "--out", str(runs), "--quiet")
+    again = crl("run", str(path), "--out", str(runs), "--quiet", "--executor", "local")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "already done" in again.stdout
 

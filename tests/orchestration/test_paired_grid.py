@@ -158,7 +158,8 @@ def pairs_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         },
     }
     path = write_config(folder, tree)
-    done = crl("run", str(path), "--out", str(folder / "runs"), "--quiet")
+    # the local executor: paired_run takes the paired cells through Ray
+    done = crl("run", str(path), "--out", str(folder / "runs"), "--quiet", "--executor", "local")
     assert done.returncode == 0, done.stderr[-3000:]
     cfg = config.load(path)
     run_dir = folder / "runs" / cfg.run_id()

@@ -47,6 +47,8 @@ def test_wrong_constant_fails_and_names_the_statement(tmp_path: Path) -> None:
         "statements=[S2_contraction]",
         "--set",
         "constants.contraction=0.5",
+        "--executor",
+        "local",
     )
     assert out.returncode == 1, (out.stdout, out.stderr[-2000:])
     assert "FAILED S2_contraction instance" in out.stderr

@@ -72,6 +72,27 @@ def test_build_without_m_star_rows_skips_that_plot(grid_tables: Path, tmp_path: 
     assert "m_star.png" not in page.read_text()
 
 
+def test_report_rebuilt_only_when_the_tables_changed(grid_tables: Path, tmp_path: Path) -> None:
+    tables_dir, out, staging = tmp_path / "tables", tmp_path / "report", tmp_path / ".staging"
+    tables_dir.mkdir()
+    for path in (grid_tables / "tables").glob("*.parquet"):
+        (tables_dir / path.name).write_bytes(path.read_bytes())
+    page, built = report.build_if_changed(tables_dir, out, staging)
+    assert built and page == out / "index.html"
+    assert (out / report.BUILT_FROM).read_text() == report._report_digest(tables_dir)
+    before = page.stat().st_mtime_ns
+    assert report.build_if_changed(tables_dir, out, staging) == (page, False)
+    assert page.stat().st_mtime_ns == before
+    summary = pl.read_parquet(tables_dir / "summary.parquet")
+    summary.head(summary.height - 1).write_parquet(tables_dir / "summary.parquet")
+    assert report.build_if_changed(tables_dir, out, staging)[1]  # a table changed
+    page.unlink()
+    assert report.build_if_changed(tables_dir, out, staging)[1]  # the page is gone
+    (out / report.BUILT_FROM).write_text("a build that stopped half-way")
+    assert report.build_if_changed(tables_dir, out, staging)[1]
+    assert report.build_if_changed(tables_dir, out, staging)[1] is False
+
+
 def test_html_table_escapes_and_truncates() -> None:
     frame = pl.DataFrame({"name": ["<b>", "a&b", "c"], "value": [1.23456789, 2.0, 3.0]})
     html = report._html_table(frame, limit=2)

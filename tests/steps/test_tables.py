@@ -259,3 +259,39 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     for name in ("cells", "summary", "fits"):
         first = (tmp_path / "tables" / f"{name}.parquet").read_bytes()
         assert (again / f"{name}.parquet").read_bytes() == first
+
+
+def test_tables_rebuilt_only_when_cells_provenance_or_spec_changed(
+    cell_files: list[Path], tmp_path: Path
+) -> None:
+    """A rerun whose cells were all done skips the aggregation; any change rebuilds."""
+    out, staging = tmp_path / "tables", tmp_path / ".staging"
+    cells_dir = tmp_path / "cells"
+    cells_dir.mkdir()
+    files = []
+    for path in cell_files:
+        files.append(cells_dir / path.name)
+        files[-1].write_bytes(path.read_bytes())
+
+    def build(files: list[Path], prov: dict = PROVENANCE, spec=SPEC) -> bool:
+        cells, rebuilt = tables.write_grid_tables_if_changed(files, out, staging, prov, spec)
+        assert cells.equals(pl.read_parquet(out / "cells.parquet"), null_equal=True)
+        return rebuilt
+
+    assert build(files)
+    stamp = (out / tables.BUILT_FROM).read_text()
+    written = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
+    assert not build(list(reversed(files)))  # the same cells in another order
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == written
+    assert build(files, {**PROVENANCE, "git_commit": "other"})  # a new commit
+    assert build(files)
+    assert build(files, spec=tables.MStarSpec(**{**SPEC.__dict__, "replicates": 7}))
+    assert build(files)
+    assert (out / tables.BUILT_FROM).read_text() == stamp
+    assert build(files[:-1])  # a cell fewer
+    assert build(files)
+    files[0].write_bytes(files[1].read_bytes())  # a cell recomputed with other values
+    assert build(files)
+    (out / "fits.parquet").unlink()  # a table lost
+    assert build(files)
+    assert not build(files)

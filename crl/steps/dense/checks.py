@@ -26,17 +26,25 @@ def check_dense(dense: DenseConfig) -> None:
             f"only {min(sizes.values())} images"
         )
     channels = image_data.channels(dense)
+    size = dense.views.size
     try:
         backbone = build_backbone(dense.backbone, channels)
+        # two images as the embed step sees them: values in [0, 1], seeded
+        images = torch.rand(2, channels, size, size, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            probe = backbone(torch.zeros(1, channels, dense.views.size, dense.views.size))
+            probe = backbone(images)
     except (ValueError, RuntimeError, TypeError) as err:
         raise ConfigError(f"config field dense.backbone: {str(err).splitlines()[0]}") from None
+    if not torch.isfinite(probe).all():
+        raise ConfigError(
+            f"config field dense.backbone: {dense.backbone.module or dense.backbone.kind} gives "
+            "non-finite features (NaN or inf) on a trial image"
+        )
     grid = dense.backbone.grid
     if tuple(probe.shape[1:2]) != (grid * grid,):
         raise ConfigError(
             f"config field dense.backbone.grid: the backbone gives {tuple(probe.shape)}, "
-            f"expected (1, {grid * grid}, C)"
+            f"expected (2, {grid * grid}, C)"
         )
     if dense.backbone.kind == "random_conv":
         side = dense.views.size

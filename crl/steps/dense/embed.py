@@ -13,6 +13,7 @@ C = 128). `DenseEmbedder` is one per worker and runs on the worker's device (CUD
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -47,22 +48,51 @@ class _FeatureMap(nn.Module):
         return self.pool(out).flatten(2).transpose(1, 2)
 
 
+def module_class(spec: str) -> type[nn.Module]:
+    """The class that `backbone.module` ("package.module:Class") names, checked before anything
+    of it is called: it must be a subclass of torch.nn.Module. A function, a builtin or any other
+    callable is refused, so a config can name a network, never a command (`os:system`).
+
+    Importing the module runs its top-level code, as any import does: the config's author is
+    trusted with the modules on the path (README, Security); deployment parameters are not
+    (crl.orchestration.deploy.check_code_overrides).
+    """
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"backbone.module {spec!r}: cannot be imported ({err})") from None
+    except (Exception, SystemExit) as err:  # the module's own code failed while importing
+        raise ValueError(
+            f"backbone.module {spec!r}: importing {module_name} raised {type(err).__name__}"
+        ) from None
+    if not (inspect.isclass(target) and issubclass(target, nn.Module)):
+        what = f"class {target.__name__}" if inspect.isclass(target) else type(target).__name__
+        raise ValueError(
+            f"backbone.module {spec!r}: a {what}, not a subclass of torch.nn.Module; name a "
+            "network class (nothing was called)"
+        )
+    return target
+
+
 def build_backbone(config: BackboneConfig, in_channels: int) -> nn.Module:
     """The frozen backbone: (N, c, S, S) images -> (N, grid^2, C) position features."""
     if config.kind == "random_conv":
         return RandomConv(
             in_channels, config.channels, config.layers, config.downsample, config.grid, config.seed
         )
-    module_name, _, attribute = config.module.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"backbone.module {config.module!r}: cannot be imported ({err})") from None
-    with torch.random.fork_rng(devices=[]):  # user factories draw from the global generator:
+    network = module_class(config.module)
+    with torch.random.fork_rng(devices=[]):  # user classes draw from the global generator:
         torch.manual_seed(config.seed)  # seed it inside a fork, leaving the caller's untouched
-        module = factory(**config.module_kwargs)
-    if not isinstance(module, nn.Module):
-        raise ValueError(f"backbone.module {config.module!r}: returned {type(module).__name__}")
+        try:
+            module = network(**config.module_kwargs)
+        except (Exception, SystemExit) as err:  # SystemExit too: never a silent exit 0
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise ValueError(
+                f"backbone.module {config.module!r}: {network.__name__}(**module_kwargs) raised "
+                + type(err).__name__
+                + (f": {detail}" if detail else "")
+            ) from None
     module.requires_grad_(False)
     return _FeatureMap(module, config.grid, config.module)
 
@@ -101,7 +131,13 @@ class DenseEmbedder:
         for start in range(0, pixels.shape[0], self.dense.backbone.batch_rows):
             batch = torch.tensor(pixels[start : start + self.dense.backbone.batch_rows])
             x = batch.to(self.device).float().div_(255.0).reshape(-1, self.channels, s, s)
-            out.append(self.backbone(x).float().cpu().flatten(1))
+            features = self.backbone(x).float().cpu().flatten(1)
+            if not torch.isfinite(features).all():
+                raise ValueError(
+                    f"dense.backbone ({self.dense.backbone.module or self.dense.backbone.kind}): "
+                    "non-finite features (NaN or inf) on images of this shard"
+                )
+            out.append(features)
         return torch.cat(out).numpy()
 
     def __call__(self, shard: Path) -> str:

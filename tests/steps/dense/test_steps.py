@@ -197,6 +197,60 @@ def test_config_errors_name_the_dense_field() -> None:
         validate({"name": "x", "seed": 0})
 
 
+BACKBONES = "tests.steps.dense.backbones"
+
+
+def _module(spec: str, **kwargs) -> Config:
+    return dense_config(backbone={"kind": "module", "module": spec, "module_kwargs": kwargs})
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("os:system", "builtin_function_or_method, not a subclass of torch.nn.Module"),
+        ("sys:exit", "not a subclass of torch.nn.Module"),
+        (f"{BACKBONES}:make_pool_net", "a function, not a subclass of torch.nn.Module"),
+        ("collections:OrderedDict", "class OrderedDict, not a subclass of torch.nn.Module"),
+        ("no_such_pkg:Net", "cannot be imported"),
+        (f"{BACKBONES}:Absent", "cannot be imported"),
+    ],
+)
+def test_a_module_backbone_must_name_a_network_class_nothing_else_is_called(
+    spec: str, words: str, tmp_path: Path
+) -> None:
+    """The probe: `module: os:system` ran a shell command during validation. Only a subclass of
+    torch.nn.Module is accepted, checked before anything is called."""
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match=re.escape(words)) as raised:
+        check_dense(_module(spec, command=f"touch {marker}").dense)
+    assert str(raised.value).startswith("config field dense.backbone: backbone.module")
+    assert not marker.exists()
+
+
+def test_a_module_backbone_that_exits_or_outputs_nan_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"ExitNet\(\*\*module_kwargs\) raised SystemExit"):
+        check_dense(_module(f"{BACKBONES}:ExitNet").dense)
+    with pytest.raises(ConfigError, match=r"NanNet gives non-finite features"):
+        check_dense(_module(f"{BACKBONES}:NanNet").dense)
+    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'depth'"):
+        check_dense(_module(f"{BACKBONES}:PoolNet", depth=3).dense)
+    check_dense(_module(f"{BACKBONES}:PoolNet", width=5).dense)  # a network class is accepted
+
+
+def test_the_embed_step_refuses_non_finite_features_naming_the_backbone(tmp_path: Path) -> None:
+    cfg = _module(f"{BACKBONES}:NanNet")
+    dense = cfg.dense
+    job = image_data.ImageShardJob(dense, cfg.seed, tmp_path / "data", tmp_path / ".staging")
+    spec = image_data.shard_plan(dense, image_data.split_sizes(dense))[0]
+    image_data.write_image_shard(spec, job)
+    embedder = DenseEmbedder(
+        dense, image_data.channels(dense), tmp_path / "data", tmp_path / "f", tmp_path / ".staging"
+    )
+    shard = next((tmp_path / "data").glob("split=*/part-*.parquet"))
+    with pytest.raises(ValueError, match=f"{BACKBONES}:NanNet.*non-finite features"):
+        embedder(shard)
+
+
 def test_dense_keys_cover_the_grid_once() -> None:
     cfg = dense_config()
     keys = dense_keys(cfg)

@@ -1,0 +1,129 @@
+"""Real services for the tests, started by the tests: processes in their own process groups, a
+free loopback port, and the one Prefect server of a test session.
+
+Every `crl` command of a test session talks to one Prefect server (`prefect server start` on
+127.0.0.1, a database of its own in a temporary folder), started on first use and stopped when
+the session ends. Prefect's temporary server costs 7-20 s per command; the tests of the temporary
+server itself (its clean-up after kill -9 and Ctrl-C, its home folder) ask for their own.
+With pytest-xdist each worker process has its own server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(
+    what: str, check: Callable[[], bool], timeout: float, proc: subprocess.Popen | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited with {proc.returncode}")
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not ready after {timeout:.0f} s")
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A service in its own process group, so that teardown reaches its children too."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            args, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop(*procs: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 15) -> None:
+    """Signal each process group, wait for them together, then kill what is left."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+class PrefectServer:
+    """`prefect server start` on a free loopback port with a home folder of its own."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="crl-test-prefect-"))
+        self.api = f"http://127.0.0.1:{free_port()}/api"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+            "PREFECT_HOME": str(self.folder / "home"),
+            "PREFECT_API_URL": self.api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log = self.folder / "server.log"
+        port = self.api.rsplit(":", 1)[1].split("/")[0]
+        self.process = start(
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", port],
+            self.env,
+            self.log,
+        )
+        try:
+            wait_for("prefect server", self.healthy, 180, self.process)
+        except AssertionError:
+            self.stop()
+            raise
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.api}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        stop(self.process, sig=signal.SIGINT)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_SESSION: list[PrefectServer] = []
+
+
+def session_prefect() -> PrefectServer:
+    """The Prefect server of this test session (of this xdist worker), started on first use."""
+    if not _SESSION:
+        _SESSION.append(PrefectServer())
+    return _SESSION[0]
+
+
+def stop_session_prefect() -> None:
+    while _SESSION:
+        _SESSION.pop().stop()
