@@ -214,17 +214,40 @@ def report(
     out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
 ) -> None:
     """Rebuild the report (plots and index.html) from the run's tables alone."""
-    from crl.steps import report as crl_report
-
     root = _run_dir(run, out)
     tables = root / "tables"
     if (tables / "checks.parquet").is_file():
-        page = crl_report.build_checks(tables, root / "report", root / ".staging")
+        needed = ["checks", "checks_summary"]
     elif (tables / "summary.parquet").is_file() and (tables / "fits.parquet").is_file():
-        page = crl_report.build(tables, root / "report", root / ".staging")
+        needed = ["summary", "fits"]
     else:
         fail(f"run {run}: {tables} holds no summary/fits or checks tables to report from")
+    for name in needed:
+        _readable(tables / f"{name}.parquet")
+    with _interruptible():
+        from crl.steps import report as crl_report
+
+        if needed[0] == "checks":
+            page = crl_report.build_checks(tables, root / "report", root / ".staging")
+        else:
+            page, _ = crl_report.build_if_changed(
+                tables, root / "report", root / ".staging", force=True
+            )
     typer.echo(f"crl: report  {page}")
+
+
+def _readable(path: Path) -> None:
+    """A table the report reads must be a whole Parquet file (one line naming it otherwise)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as err:
+        fail(
+            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]}); "
+            "rerun `crl run` on the run's config to write the tables again"
+        )
 
 
 BENCHES = {

@@ -170,10 +170,10 @@ def user_pairs(ds: PairedParquetData) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return x, y, _test_mask(table, ds)
 
 
-def pair_width(ds: PairedParquetData) -> int:
-    """The wider modality's values per row (a paired cell's negatives have this width)."""
+def pair_widths(ds: PairedParquetData) -> tuple[int, int]:
+    """The values per row of x and of y."""
     x, y, _ = user_pairs(ds)
-    return max(x.shape[1], y.shape[1])
+    return x.shape[1], y.shape[1]
 
 
 def split_sizes(ds: Source) -> dict[str, int]:

@@ -46,6 +46,34 @@ def _fraction_sizes(rows: int, test: float, pool: float) -> dict[str, int]:
     return {"train": rows - n_test - n_pool, "test": n_test, "pool": n_pool}
 
 
+LABEL_MAX = 32767  # per-pixel labels are stored as int16
+
+
+def _numeric_rows(
+    table: pa.Table, path: Path, field: str, name: str, dtype: type
+) -> list[np.ndarray]:
+    """The rows of a list column of numbers; a null row or a column of other values (strings,
+    booleans) is a one-line error naming the field."""
+    column = table.column(name)
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or
+            pa.types.is_fixed_size_list(kind)) or not (
+        pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)
+    ):
+        raise ConfigError(
+            f"config field dense.images.{field}: {path}:{name} is {kind}, expected lists of "
+            "numbers"
+        )
+    values = column.to_pylist()
+    nulls = [i for i, row in enumerate(values) if row is None]
+    if nulls:
+        raise ConfigError(
+            f"config field dense.images.{field}: {path}:{name} row {nulls[0]} is null "
+            f"({len(nulls)} null rows)"
+        )
+    return [np.asarray(row, dtype=dtype) for row in values]
+
+
 def _user_images(ds: ParquetImages) -> tuple[np.ndarray, np.ndarray | None, int, int]:
     """The user's images (N, c, s, s) float32 in [0, 1], per-pixel labels (N, s, s) or None."""
     path = Path(ds.path)
@@ -63,33 +91,42 @@ def _user_images(ds: ParquetImages) -> tuple[np.ndarray, np.ndarray | None, int,
                 f"config field dense.images.{field}: {path} has no column {name!r} "
                 f"(columns: {table.column_names})"
             )
-    rows = [np.asarray(r, dtype=np.float32) for r in table.column(ds.image_column).to_pylist()]
-    widths = {r.size for r in rows}
-    width = widths.pop() if len(widths) == 1 else -1
-    side, channels = math.isqrt(width // 3), 3
+    rows = _numeric_rows(table, path, "image_column", ds.image_column, np.float32)
+    widths = sorted({r.size for r in rows})
+    width = widths[0] if len(widths) == 1 else -1
+    side, channels = (math.isqrt(width // 3), 3) if width > 0 else (0, 1)
     if width <= 0 or side * side * 3 != width:
         side, channels = math.isqrt(max(width, 0)), 1
     if width <= 0 or side * side * channels != width or side < 8:
-        lengths = sorted({r.size for r in rows})[:5]
         raise ConfigError(
             f"config field dense.images.image_column: rows of {path}:{ds.image_column} must all "
-            f"hold side^2 or 3 side^2 numbers with side >= 8 (got lengths {lengths})"
+            f"hold side^2 or 3 side^2 numbers with side >= 8 (got lengths {widths[:5]})"
         )
     x = np.stack(rows).reshape(-1, channels, side, side)
     if not (np.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0):
         raise ConfigError(
             f"config field dense.images.image_column: {path}:{ds.image_column} has values "
-            "outside [0, 1]"
+            "outside [0, 1] or not finite"
         )
     labels = None
     if ds.label_column is not None:
-        raw = [np.asarray(r, dtype=np.int64) for r in table.column(ds.label_column).to_pylist()]
+        raw = _numeric_rows(table, path, "label_column", ds.label_column, np.float64)
         if any(r.size != side * side for r in raw):
             raise ConfigError(
                 f"config field dense.images.label_column: every row must hold {side * side} "
                 "per-pixel labels"
             )
-        labels = np.stack(raw).reshape(-1, side, side)
+        values = np.stack(raw)
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < -1)
+        bad |= values > LABEL_MAX
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise ConfigError(
+                f"config field dense.images.label_column: {path}:{ds.label_column} row {row} "
+                f"holds {float(values[bad][0])}; labels are integers in [-1, {LABEL_MAX}] "
+                "(-1 = unlabelled)"
+            )
+        labels = values.astype(np.int64).reshape(-1, side, side)
     return x, labels, side, channels
 
 

@@ -282,14 +282,16 @@ def _report_digest(tables: Path) -> str:
     return digest.digest(tables.glob("*.parquet"), code)
 
 
-def build_if_changed(tables: Path, out: Path, staging: Path) -> tuple[Path, bool]:
+def build_if_changed(
+    tables: Path, out: Path, staging: Path, force: bool = False
+) -> tuple[Path, bool]:
     """The report of `tables`, rebuilt only when the tables or the report's code differ from
     those of the last build (a rerun whose cells were all done writes byte-identical tables, and
-    skips about 2-30 s of plotting); `crl report` always rebuilds. Returns the page and whether
-    it was rebuilt."""
+    skips about 2-30 s of plotting), or with `force` (`crl report`). Returns the page and
+    whether it was rebuilt."""
     page, stamp = out / "index.html", out / BUILT_FROM
     value = _report_digest(tables)
-    if digest.is_current(stamp, value, page):
+    if not force and digest.is_current(stamp, value, page):
         return page, False
     digest.forget(stamp)
     page = build(tables, out, staging)

@@ -144,19 +144,37 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
     return paths
 
 
+# float64 copies of theta = (M, B) a paired fit holds at once: the iterate, the extrapolated
+# point, the candidate, the gradient and the previous iterate, and autograd's temporaries
+THETA_COPIES = 8
+
+
 def _check_paired_memory(config: Config) -> None:
-    """Refuse a paired grid whose largest cell's negatives (and their weights) cannot fit."""
+    """Refuse a paired grid whose largest cell cannot fit: its negatives (and their weights),
+    and the score model's parameters theta = (M, B), px py + py^2 values per copy."""
     ds = config.dataset
-    p = len(ds.correlations) if ds.kind == "paired_gaussian" else data.pair_width(ds)
+    if ds.kind == "paired_gaussian":
+        px = py = len(ds.correlations)
+    else:
+        px, py = data.pair_widths(ds)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    theta = THETA_COPIES * (px * py + py * py) * 8
+    if theta > total:
+        raise ConfigError(
+            f"dataset: pairs of {px} and {py} values need a score model of {px * py + py * py:,} "
+            f"parameters, about {theta / 2**30:.0f} GiB while fitting; this machine has "
+            f"{total / 2**30:.0f} GiB (reduce the pairs' dimensions, e.g. by PCA)"
+        )
     keys = grid_keys(config)
     if not keys:
         raise ConfigError("config field grid.m: no (m, n) cell is inside the grid's limits")
+    p = max(px, py)
     needed = max(k.n * k.m * (p + 4) * 8 if k.regime == "scrl" else k.n * k.m * 32 for k in keys)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > total:
+    if needed + theta > total:
         raise ConfigError(
-            f"config field grid.m: the largest paired cell needs about {needed / 2**30:.0f} GiB; "
-            f"this machine has {total / 2**30:.0f} GiB (grid.scrl_max_negatives caps scrl cells)"
+            f"config field grid.m: the largest paired cell needs about "
+            f"{(needed + theta) / 2**30:.0f} GiB; this machine has {total / 2**30:.0f} GiB "
+            "(grid.scrl_max_negatives caps scrl cells)"
         )
 
 

@@ -183,6 +183,43 @@ def test_a_backbone_module_runs_nothing_but_a_network(
     assert not (tmp_path / "runs").exists()
 
 
+def test_report_of_damaged_tables_exit_2_naming_the_file(tmp_path: Path) -> None:
+    """The probe: `crl report` on a truncated summary.parquet gave a raw traceback."""
+    tables = tmp_path / "run" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "summary.parquet").write_bytes(b"PAR1 truncated")
+    (tables / "fits.parquet").write_bytes(b"")
+    _one_line_exit_2(crl("report", str(tmp_path / "run")), "summary.parquet", "crl run")
+
+
+def _grid_tables(root: Path) -> None:
+    from crl.steps.tables import write_grid_tables
+    from tests.steps.tables_data import PROVENANCE, cell_rows, write_cells
+    from tests.steps.test_tables import SPEC
+
+    files = write_cells(root / "cells", cell_rows())
+    write_grid_tables(files, root / "tables", root / ".staging", PROVENANCE, SPEC)
+
+
+def test_report_interrupted_exits_130_with_one_line(tmp_path: Path) -> None:
+    """The probe: `crl report` had no signal handler (SIGTERM: exit 143, no line)."""
+    _grid_tables(tmp_path / "run")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "crl", "report", str(tmp_path / "run")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60  # the first plot is written: the report is under way
+    while time.monotonic() < deadline and not list((tmp_path / "run" / "report").glob("*.png")):
+        assert driver.poll() is None, "the report finished before it could be interrupted"
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=60)
+    assert driver.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith("crl: interrupted")
+    again = crl("report", str(tmp_path / "run"))
+    assert again.returncode == 0 and "index.html" in again.stdout, again.stderr[-2000:]
+
+
 def test_report_of_an_empty_tables_folder_exit_2(tmp_path: Path) -> None:
     (tmp_path / "run" / "tables").mkdir(parents=True)
     _one_line_exit_2(crl("report", str(tmp_path / "run")), "no summary/fits or checks tables")

@@ -188,3 +188,21 @@ def test_prepare_checks_creates_the_folder(tmp_path: Path) -> None:
     assert json.loads((paths.root / "config.json").read_text())["hash"] == cfg.hash()
     # every statement (None) is accepted
     assert prepare_checks(CheckConfig(), tmp_path / "runs").root.is_dir()
+
+
+def test_prepare_refuses_pairs_whose_score_model_cannot_fit(tmp_path: Path) -> None:
+    """The probe: 60 pairs of dimension 20000 (an 11 MB file) drove the driver to about 20 GB,
+    the p x p score model fitting; now refused before any work, naming the dataset."""
+    gen = np.random.default_rng(0)
+    wide = [gen.normal(size=20000).astype(np.float32) for _ in range(12)]
+    pq.write_table(pa.table({"x": wide, "y": wide}), tmp_path / "wide.parquet")
+    dataset = {"kind": "paired_parquet", "path": str(tmp_path / "wide.parquet"), "shards": 1}
+    grid = {"regimes": ["scrl"], "losses": ["lse"], "m": [1], "n": [2], "seeds": [0]}
+    model = {"solver": "apg"}
+    with pytest.raises(ConfigError, match=r"^dataset: pairs of 20000 and 20000 values need"):
+        prepare(config(dataset=dataset, grid=grid, model=model), tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+    narrow = [row[:16] for row in wide]
+    pq.write_table(pa.table({"x": narrow, "y": narrow}), tmp_path / "narrow.parquet")
+    dataset["path"] = str(tmp_path / "narrow.parquet")
+    prepare(config(dataset=dataset, grid=grid, model=model), tmp_path / "runs")

@@ -118,6 +118,12 @@ def plot_downstream(summary: pl.DataFrame, path: Path, save: Save) -> None:
     """Dense probe accuracy and correspondence retrieval against m at the largest n."""
     fig, axes = panels(2)
     for ax, metric in zip(axes, ("dense_probe_accuracy", "correspondence_top1"), strict=True):
+        if not np.isfinite(_column(summary, f"{metric}_mean")).any():
+            # the probe needs per-pixel labels, which user images may not have
+            ax.text(0.5, 0.5, f"no {metric.replace('_', ' ')} in these cells\n(no pixel labels)",
+                    ha="center", va="center", transform=ax.transAxes)
+            ax.set(title=metric, xticks=[], yticks=[])
+            continue
         for i, (key, group) in enumerate(_groups(summary)):
             top = group.filter(pl.col("n") == group["n"].max()).sort("m")
             ax.plot(

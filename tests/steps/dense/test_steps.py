@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -173,6 +174,70 @@ def test_user_parquet_images_are_validated_naming_the_field(tmp_path: Path) -> N
         cfg = dense_config(images={**images_cfg, **change}, grid={"n": [4]})
         with pytest.raises(ConfigError, match=re.escape(message)):
             check_dense(cfg.dense)
+
+
+def test_ragged_null_and_non_integer_rows_are_one_line_errors(tmp_path: Path) -> None:
+    """The probe: ragged or null image rows gave `isqrt() argument must be nonnegative`, a NaN
+    label a raw traceback; float labels were truncated, 2^40 wrapped to int16, strings parsed."""
+    gen = np.random.default_rng(1)
+    images = [r for r in gen.uniform(size=(30, 144)).astype(np.float32)]
+    labels = [r for r in gen.integers(0, 3, size=(30, 144)).astype(np.float64)]
+
+    def write(name: str, pixels: list, seg: list | None = None, **types: pa.DataType) -> str:
+        columns = {"pixels": pa.array(pixels, types.get("pixels"))}
+        if seg is not None:
+            columns["seg"] = pa.array(seg, types.get("seg"))
+        pq.write_table(pa.table(columns), tmp_path / name)
+        return str(tmp_path / name)
+
+    def one(index: int, value: float) -> list:
+        out = [r.copy() for r in labels]
+        out[index][7] = value
+        return out
+
+    cases = [
+        (write("ragged.parquet", [*images[:29], images[29][:100]]), None, "got lengths [100, 144]"),
+        (write("null.parquet", [*images[:29], None]), None, "row 29 is null (1 null rows)"),
+        (write("bools.parquet", [[True] * 144] * 30), None, "expected lists of numbers"),
+        (write("nan.parquet", images, one(3, np.nan)), "seg", "row 3 holds nan"),
+        (write("half.parquet", images, one(4, 1.5)), "seg", "row 4 holds 1.5"),
+        (write("huge.parquet", images, one(5, 2.0**40)), "seg", "row 5 holds 1099511627776.0"),
+        (write("low.parquet", images, one(6, -2)), "seg", "row 6 holds -2.0"),
+        (write("null_seg.parquet", images, [*labels[:29], None]), "seg", "row 29 is null"),
+        (write("text.parquet", images, [["a"] * 144] * 30), "seg", "expected lists of numbers"),
+    ]
+    for path, label_column, message in cases:
+        images_cfg = {"kind": "parquet", "path": path, "image_column": "pixels"}
+        cfg = dense_config(images={**images_cfg, "label_column": label_column}, grid={"n": [4]})
+        with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+            check_dense(cfg.dense)
+        assert len(str(raised.value).splitlines()) == 1
+    path = write("fine.parquet", images, one(2, -1))  # -1 is "unlabelled"
+    images_cfg = {"kind": "parquet", "path": path, "image_column": "pixels", "label_column": "seg"}
+    check_dense(dense_config(images=images_cfg, grid={"n": [4]}).dense)
+
+
+def test_dense_report_without_pixel_labels(tmp_path: Path) -> None:
+    """The probe: images without labels (documented as optional) crashed the report after the
+    cells and tables were written ("Data cannot be log-scaled")."""
+    from crl.steps.dense import report as report_dense
+
+    rows = [
+        {"regime": "scrl", "negatives": "own", "correspondence": "geometric", "lam": 1.0,
+         "m": m, "n": 8, "dense_probe_accuracy_mean": None, "dense_probe_majority_mean": None,
+         "correspondence_top1_mean": 0.1 * m}
+        for m in (2, 4)
+    ]
+    summary = pl.DataFrame(rows, schema_overrides={"dense_probe_accuracy_mean": pl.Float64,
+                                                   "dense_probe_majority_mean": pl.Float64})
+    saved = []
+
+    def save(fig, path: Path) -> None:
+        fig.savefig(path)
+        saved.append(path)
+
+    report_dense.plot_downstream(summary, tmp_path / "downstream.png", save)
+    assert saved == [tmp_path / "downstream.png"] and saved[0].stat().st_size > 1000
 
 
 def test_config_errors_name_the_dense_field() -> None:
