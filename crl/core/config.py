@@ -122,6 +122,12 @@ class GridConfig(_Strict):
 
 MStarMetric = Literal["excess_auc", "excess_risk", "auc_error", "probe_error", "classifier_error"]
 M_STAR_METRICS: tuple[str, ...] = get_args(MStarMetric)
+# the m* metrics each kind of grid cell measures (single-modality datasets: "unimodal")
+GRID_METRICS: dict[str, tuple[str, ...]] = {
+    "paired_gaussian": ("excess_auc", "excess_risk", "auc_error"),
+    "paired_parquet": ("auc_error",),
+    "unimodal": ("auc_error", "probe_error", "classifier_error"),
+}
 
 
 class MStarConfig(_Strict):
@@ -131,9 +137,9 @@ class MStarConfig(_Strict):
     log-log least squares refitted in every replicate; a sensitivity row per `deltas` entry.
     `metrics` None: excess_auc for paired_gaussian data, auc_error (1 - retrieval AUC) else."""
 
-    metrics: list[MStarMetric] | None = None
+    metrics: list[MStarMetric] | None = Field(None, min_length=1)
     delta: float = Field(0.25, gt=0)
-    deltas: list[Annotated[float, Field(gt=0)]] = [0.1, 0.25, 0.5]
+    deltas: list[Annotated[float, Field(gt=0)]] = Field([0.1, 0.25, 0.5], min_length=1)
     bootstrap: int = Field(1000, ge=0)
     confidence: float = Field(0.95, gt=0, lt=1)
 
@@ -196,6 +202,21 @@ class Config(_Run):
             raise ValueError(f"grid.losses: paired data takes ['lse'] (got {self.grid.losses})")
         if paired and "one_negative" in self.grid.regimes:
             raise ValueError("grid.regimes: paired data takes scrl and sscrl")
+        return self
+
+    @model_validator(mode="after")
+    def _m_star_metrics_exist(self) -> Config:
+        """Every m* metric must be a column the grid's cells have."""
+        if self.grid is None or self.eval.m_star.metrics is None:
+            return self
+        kind = self.dataset.kind
+        have = GRID_METRICS.get(kind, GRID_METRICS["unimodal"])
+        absent = [m for m in self.eval.m_star.metrics if m not in have]
+        if absent:
+            raise ValueError(
+                f"eval.m_star.metrics: {absent} are not measured by {kind} cells "
+                f"(they have {list(have)})"
+            )
         return self
 
     def m_star_metrics(self) -> list[str]:

@@ -85,6 +85,13 @@ class ViewsConfig(_Strict):
             raise ValueError("expected [low, high] with 0 < low <= high")
         return value
 
+    @field_validator("scale")
+    @classmethod
+    def _fraction(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[1] > 1:
+            raise ValueError("a crop's share of the image's area is at most 1")
+        return value
+
 
 class BackboneConfig(_Strict):
     """The frozen backbone: a seeded random conv net ("random_conv": `layers` 3x3 conv + ReLU

@@ -15,14 +15,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def _process_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# read once, at import: os.umask can only be read by setting it
+UMASK = _process_umask()
+
+
 def _replace_atomically(write: Callable[[str], None], path: Path, staging: Path) -> None:
-    """Call `write(tmp)` on a fresh temporary file in `staging`, then rename it to `path`."""
+    """Call `write(tmp)` on a fresh temporary file in `staging`, then rename it to `path`, with
+    the mode a plain `open` would give (mkstemp's files are private, 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=staging)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,20 @@ def test_m_star_metrics_default_by_dataset() -> None:
     assert config.load(QUICKSTART).m_star_metrics() == ["auc_error"]
     chosen = config.load(QUICKSTART, ["eval.m_star.metrics=[probe_error, auc_error]"])
     assert chosen.m_star_metrics() == ["probe_error", "auc_error"]
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("eval.m_star.metrics=[excess_auc]", "not measured by synthetic cells"),
+        ("eval.m_star.metrics=[]", "eval.m_star.metrics"),
+        ("eval.m_star.deltas=[]", "eval.m_star.deltas"),
+        ("dense.views.scale=[0.5, 1.5]", "at most 1"),
+    ],
+)
+def test_lenient_settings_of_the_probe_are_refused(override: str, words: str) -> None:
+    """The probe accepted these: an m* metric the cells never have, empty m* lists, a crop
+    larger than its image."""
+    with pytest.raises(config.ConfigError, match=re.escape(words)):
+        config.load(REPO / "conf" / "quickstart.yaml", [override])
+    config.load(REPO / "conf" / "quickstart.yaml", ["eval.m_star.metrics=[probe_error]"])

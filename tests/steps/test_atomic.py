@@ -106,3 +106,15 @@ def test_a_failed_byte_write_keeps_the_previous_content(tmp_path: Path) -> None:
         atomic._replace_atomically(failing, path, staging)
     assert path.read_bytes() == b'{"old": 1}'
     assert list(staging.iterdir()) == []
+
+
+def test_written_files_get_the_mode_of_a_plain_open(tmp_path: Path) -> None:
+    """The probe: report files (and every table) were written with mkstemp's private 0600."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    expected = plain.stat().st_mode & 0o777
+    atomic.write_bytes_atomic(b"<html>", tmp_path / "report" / "index.html", tmp_path / ".s")
+    atomic.write_parquet_atomic(_table([1]), tmp_path / "tables" / "t.parquet", tmp_path / ".s")
+    assert (tmp_path / "report" / "index.html").stat().st_mode & 0o777 == expected
+    assert (tmp_path / "tables" / "t.parquet").stat().st_mode & 0o777 == expected
+    assert expected == 0o666 & ~atomic.UMASK

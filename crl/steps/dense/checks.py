@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from crl.core.dense_config import DenseConfig
@@ -41,6 +43,16 @@ def check_dense(dense: DenseConfig) -> None:
             "non-finite features (NaN or inf) on a trial image"
         )
     grid = dense.backbone.grid
+    if dense.backbone.kind == "module":
+        with torch.no_grad():
+            height, width = backbone.module(images).shape[-2:]
+        if min(height, width) < grid:
+            raise ConfigError(
+                f"config field dense.backbone.grid: {grid} x {grid} cells from the {height} x "
+                f"{width} feature map of {dense.backbone.module} would repeat features; use "
+                f"grid <= {min(height, width)}"
+            )
+    _check_cell_memory(dense, int(probe.shape[1]), int(probe.shape[2]))
     if tuple(probe.shape[1:2]) != (grid * grid,):
         raise ConfigError(
             f"config field dense.backbone.grid: the backbone gives {tuple(probe.shape)}, "
@@ -56,3 +68,17 @@ def check_dense(dense: DenseConfig) -> None:
                 f"feature map (views.size {dense.views.size}, downsample "
                 f"{dense.backbone.downsample}) would repeat features; use grid <= {side}"
             )
+
+
+def _check_cell_memory(dense: DenseConfig, positions: int, channels: int) -> None:
+    """Refuse a grid whose largest cell cannot hold its negatives' position features: n images
+    with m external negatives of `positions` x `channels` float32 values each."""
+    n, m = max(dense.grid.n), max(dense.grid.m)
+    needed = n * m * positions * channels * 4
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > total:
+        raise ConfigError(
+            f"config field dense.grid.m: a cell with n={n}, m={m} holds about "
+            f"{needed / 2**30:.0f} GiB of negative features ({positions} positions x {channels} "
+            f"channels each); this machine has {total / 2**30:.0f} GiB"
+        )

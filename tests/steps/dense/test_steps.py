@@ -302,6 +302,17 @@ def test_a_module_backbone_that_exits_or_outputs_nan_is_a_config_error() -> None
     check_dense(_module(f"{BACKBONES}:PoolNet", width=5).dense)  # a network class is accepted
 
 
+def test_a_feature_map_smaller_than_the_grid_or_a_cell_beyond_memory_is_refused() -> None:
+    """The probe: a module with a 2 x 2 map and grid 8 was accepted (random_conv's is refused);
+    m = 1e9 was not refused up front."""
+    small = dense_config(backbone={"kind": "module", "module": f"{BACKBONES}:SmallMapNet",
+                                   "grid": 8})
+    with pytest.raises(ConfigError, match=r"8 x 8 cells from the 2 x 2 feature map"):
+        check_dense(small.dense)
+    with pytest.raises(ConfigError, match=r"dense\.grid\.m: a cell with n=\d+, m=1000000000"):
+        check_dense(dense_config(grid={"m": [1_000_000_000]}).dense)
+
+
 def test_the_embed_step_refuses_non_finite_features_naming_the_backbone(tmp_path: Path) -> None:
     cfg = _module(f"{BACKBONES}:NanNet")
     dense = cfg.dense
