@@ -90,3 +90,20 @@ def within(gap: float | None, low: float, high: float) -> bool | None:
     if gap is None or not math.isfinite(gap):
         return None
     return bool(-low <= gap <= high)
+
+
+def paired_difference(
+    a: torch.Tensor, b: torch.Tensor, confidence: float = 0.95
+) -> tuple[float, float]:
+    """The mean of a - b over paired observations and its normal half-width (NaN below two).
+
+    Shape: a, b (n,). The pairing (the same held-out tuples under two predictors) removes the
+    variance the two share; reduced in float64."""
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_difference: a {tuple(a.shape)} and b {tuple(b.shape)}: "
+                         "expected two (n,) tensors")
+    diff = a.double() - b.double()
+    n = diff.shape[0]
+    if n < 2:
+        return float(diff.mean()) if n else math.nan, math.nan
+    return float(diff.mean()), float(normal_half_width(diff.std(), n, confidence))

@@ -51,6 +51,12 @@ SUMMARISED = [
     "top1_accuracy",
     "linear_probe_accuracy",
     "retrieval_auc",
+    # signal (crl.steps.signal)
+    "trivial_loss",
+    "learning_gain",
+    "learning_gain_ci",
+    "learning_gain_rel",
+    "gap_snr",
     # paired cells (crl.steps.paired.model_cell, .split_cell)
     "auc_error",
     "gamma_lin",
@@ -117,6 +123,7 @@ HOLDS = [
     "on_boundary",
     "mi_within_log1p_m",
     "mi_saturated",
+    "learned",
 ]
 FIRST = [
     "family",

@@ -23,6 +23,7 @@ from crl.steps import data
 from crl.steps.embed import build
 from crl.steps.features import Features
 from crl.steps.keys import CellKey
+from crl.steps.signal import signal_columns
 from crl.steps.unimodal import certify, sampling
 
 
@@ -125,10 +126,12 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     held = source.held_out(ev.test_anchors, key.m, ev.negative_pool, gen)
     n_test = int(held.sample.anchors.shape[0])
     lse = {"test_loss_pool_ci": None, "lse_inner_est": None, "test_loss_pool_bias_est": None}
+    # the held-out tuples of the test loss: LSE against the pool, the others with m negatives
+    test_views, test_sample = (
+        (held.pool_views, held.pool_sample) if key.loss == "lse" else (held.views, held.sample)
+    )
+    test_terms = learner.per_anchor_loss(weight, test_views, test_sample, key.loss, ev.temperature)
     if key.loss == "lse":
-        test_terms = learner.per_anchor_loss(
-            weight, held.pool_views, held.pool_sample, key.loss, ev.temperature
-        )
         pos, pool = certify.pool_scores(weight, held.pool_views, held.pool_sample)
         lse["test_loss_pool_ci"] = certify.pool_bootstrap_ci(
             pos, pool, ev.temperature, ev.pool_bootstrap, gen
@@ -136,10 +139,6 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         lse["lse_inner_est"] = certified.lse_inner_estimate(pool, key.m, ev.temperature)
         lse["test_loss_pool_bias_est"] = certified.lse_inner_estimate(
             pool, pool.shape[1], ev.temperature
-        )
-    else:
-        test_terms = learner.per_anchor_loss(
-            weight, held.views, held.sample, key.loss, ev.temperature
         )
     test_loss = float(test_terms.mean())
     test_ci = float(stats.normal_half_width(test_terms.std(), n_test)) if n_test > 1 else math.nan
@@ -195,6 +194,10 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         )
     )
     row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
+    trivial_terms = learner.per_anchor_loss(
+        torch.zeros_like(weight), test_views, test_sample, key.loss, ev.temperature
+    )
+    row.update(signal_columns(trivial_terms, test_terms, gap, test_ci, row.get("loss_range")))
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)

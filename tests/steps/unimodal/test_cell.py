@@ -94,6 +94,30 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
     assert len(documented) == len(set(documented))
 
 
+# the loss of f = 0 (every score 0), from the definitions: Saunshi's k-negative hinge
+# max(0, 1 + max_i (s_i - s_+)) and logistic log2(1 + sum_i e^(s_i - s_+)); InfoNCE
+# log(1 + m e^0); Li's LSE risk T (log mean_pool e^0) = 0
+AT_ZERO = {"hinge": lambda m: 1.0, "logistic": lambda m: math.log2(1 + m),
+           "info_nce": lambda m: math.log1p(m), "lse": lambda m: 0.0}
+
+
+@pytest.mark.parametrize(("regime", "loss"), [("scrl", "hinge"), ("scrl", "logistic"),
+                                             ("scrl", "info_nce"), ("sscrl", "lse")])
+def test_signal_columns_from_first_principles(
+    run: tuple[Features, float], regime: str, loss: str
+) -> None:
+    features, tau = run
+    row = cell.run_cell(config(), CellKey(regime, loss, 3, 20, 0), features, tau)
+    # the per-tuple losses are computed on float32 features, as the test loss's are
+    assert row["trivial_loss"] == pytest.approx(AT_ZERO[loss](3), rel=1e-6, abs=1e-12)
+    assert row["learning_gain"] == pytest.approx(row["trivial_loss"] - row["test_loss"], abs=1e-12)
+    # f = 0 loses the same on every tuple: the paired interval is the test loss's own
+    assert row["learning_gain_ci"] == pytest.approx(row["test_loss_ci"], rel=1e-9)
+    assert row["learning_gain_rel"] == pytest.approx(row["learning_gain"] / row["loss_range"])
+    assert row["learned"] == (row["learning_gain"] - row["learning_gain_ci"] > 0)
+    assert row["gap_snr"] == pytest.approx(abs(row["gap"]) / row["test_loss_ci"])
+
+
 def test_run_cell_values(run: tuple[Features, float]) -> None:
     features, tau = run
     cfg = config()
