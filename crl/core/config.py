@@ -6,12 +6,11 @@ The dataset sections are crl.core.datasets (re-exported here).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -27,6 +26,7 @@ from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
 from crl.core.dense_config import IMAGE_KINDS, DenseConfig
 from crl.core.errors import ConfigError
+from crl.core.overrides import parse_override, with_overrides
 from crl.core.strict import Strict as _Strict
 from crl.core.strict import non_empty_unique
 
@@ -232,31 +232,6 @@ def objectives(grid: GridConfig) -> list[tuple[str, str]]:
     return [(r, loss) for r in grid.regimes for loss in grid.losses if loss in VALID_OBJECTIVES[r]]
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for key in keys[:-1]:
-        child = node.setdefault(key, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}: {key} is not a section")
-        node = child
-    node[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'grid.m=[1,4]' -> ('grid.m', [1, 4]); the value is read as YAML."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected key=value")
-    key, raw = text.split("=", 1)
-    if not key.strip():
-        raise ConfigError(f"--set {text!r}: empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {key}: value {raw!r} is not YAML") from None
-    return key.strip(), value
-
-
 def _field_path(loc: tuple) -> str:
     """The dotted field of an error location, without pydantic's validator and union tags."""
     parts = [str(p) for p in loc if not str(p).startswith(("function-", "tagged"))]
@@ -325,14 +300,6 @@ def _read_yaml(path: str | Path) -> dict:
     return tree
 
 
-def _with_overrides(tree: dict, overrides: list[str]) -> dict:
-    tree = copy.deepcopy(tree)
-    for text in overrides:
-        key, value = parse_override(text)
-        _set_dotted(tree, key, value)
-    return tree
-
-
 # The fields that decide which code a run imports and calls: the dense backbone's module.
 CODE_FIELDS = ("dense.backbone.kind", "dense.backbone.module", "dense.backbone.module_kwargs")
 
@@ -354,7 +321,7 @@ def overrides_naming_code(config: Config, overrides: list[str]) -> list[str]:
 
 def load(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
-    return validate(_with_overrides(_read_yaml(path), list(overrides)))
+    return validate(with_overrides(_read_yaml(path), list(overrides)))
 
 
 class ConstantsConfig(_Strict):
@@ -398,5 +365,5 @@ def check_overrides(overrides: list[str], instances: int | None) -> list[str]:
 
 def load_checks(path: str | Path | None, overrides: list[str] = ()) -> CheckConfig:
     """The check config at `path` (defaults when None), with dotted overrides."""
-    tree = _with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
+    tree = with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
     return _validated(CheckConfig, tree)

@@ -20,6 +20,7 @@ from crl.core import config as crl_config
 from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
+from crl.steps import aggregate as aggregate_step
 from crl.steps import check_tables, report, tables
 from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
 
@@ -100,7 +101,7 @@ def aggregate(
         ms.confidence,
         config.seed,
     )
-    cells_table, _ = tables.write_grid_tables_if_changed(
+    cells_table, _ = aggregate_step.write_grid_tables_if_changed(
         cell_files, paths.tables, paths.staging, prov, spec
     )
     flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import io
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from crl.steps import digest, figures  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
+from crl.steps.pages import html_table, page_html  # noqa: E402
 from crl.steps.paired import report as saturation  # noqa: E402
 
 METRICS = ["mean_classifier_accuracy", "linear_probe_accuracy", "retrieval_auc"]
@@ -175,35 +175,6 @@ def plot_m_star(fits: pl.DataFrame, path: Path, staging: Path) -> bool:
     return True
 
 
-def _html_table(frame: pl.DataFrame, limit: int = 60) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
-    body = []
-    for row in frame.head(limit).rows():
-        cells = "".join(
-            f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
-            for v in row
-        )
-        body.append(f"<tr>{cells}</tr>")
-    more = (
-        f"<p>({frame.height - limit} more rows in the Parquet table)</p>"
-        if frame.height > limit
-        else ""
-    )
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
-
-
-def _page(title: str, provenance: dict, body: str) -> bytes:
-    """One HTML page: a title, the provenance line, then `body`."""
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}img{{max-width:100%}}</style></head>
-<body><h1>{html.escape(title)}</h1>
-<p>config hash {html.escape(provenance["config_hash"])} &middot; crl {provenance["crl_version"]}
-&middot; commit {html.escape(provenance["git_commit"])}</p>
-{body}
-</body></html>""".encode()
-
-
 def paired_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> str:
     """The paired grid's section: m*(n) figures, the generated finding, the m* and gap tables."""
 
@@ -243,8 +214,8 @@ def paired_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: P
     cells_view = summary.select([c for c in PAIRED_HEADLINE if c in summary.columns])
     return f"""<h2>Finding</h2>{"".join(findings)}
 {"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
-<h2>m*(n) and its exponent, every delta</h2>{_html_table(star_view, limit=200)}
-<h2>Cells (means over seeds)</h2>{_html_table(cells_view, limit=400)}"""
+<h2>m*(n) and its exponent, every delta</h2>{html_table(star_view, limit=200)}
+<h2>Cells (means over seeds)</h2>{html_table(cells_view, limit=400)}"""
 
 
 PAIRED_HEADLINE = [
@@ -324,11 +295,11 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
         dense_fits = fits.filter(is_dense)
         sections.append(
             report_dense.body(
-                dense, dense_fits, out, lambda f, p: _save(f, p, staging), _html_table
+                dense, dense_fits, out, lambda f, p: _save(f, p, staging), html_table
             )
         )
     prov = summary.row(0, named=True)
-    page = _page(f"crl run {prov['run_id']}", prov, "\n".join(sections))
+    page = page_html(f"crl run {prov['run_id']}", prov, "\n".join(sections))
     write_bytes_atomic(page, out / "index.html", staging)
     return out / "index.html"
 
@@ -368,9 +339,9 @@ def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging:
         pl.col("kind").is_in(["slopes", "rate", "power", "m_star_exponent"])
     ).drop(PROVENANCE_COLUMNS)
     return f"""{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
-<h2>Gap against the certified bounds (means over seeds)</h2>{_html_table(headline)}
+<h2>Gap against the certified bounds (means over seeds)</h2>{html_table(headline)}
 <h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>
-{_html_table(fit_view)}"""
+{html_table(fit_view)}"""
 
 
 def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:
@@ -404,9 +375,9 @@ def build_checks(tables: Path, out: Path, staging: Path) -> Path:
         ["statement", "instance", "quantity", "method", "lhs", "rhs", "slack", "ci", "params"]
     )
     view = summary.drop(PROVENANCE_COLUMNS)
-    body = f"""<h2>Statements</h2>{_html_table(view)}
-<h2>Failed rows</h2>{_html_table(failed) if failed.height else "<p>none</p>"}
+    body = f"""<h2>Statements</h2>{html_table(view)}
+<h2>Failed rows</h2>{html_table(failed) if failed.height else "<p>none</p>"}
 <h2>Slack distributions</h2><img src="slack.png">"""
-    page = _page(f"crl check {prov['run_id']}", prov, body)
+    page = page_html(f"crl check {prov['run_id']}", prov, body)
     write_bytes_atomic(page, out / "index.html", staging)
     return out / "index.html"

@@ -5,9 +5,7 @@ Every table carries the provenance columns (run_id, config_hash, crl_version, gi
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +14,6 @@ import polars as pl
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates, saturation, stats
-from crl.steps import digest
-from crl.steps.atomic import write_parquet_atomic
 
 KEYS = ["dataset", "regime", "loss", "m", "n"]
 DENSE_KEYS = ["negatives", "correspondence", "lam"]  # the dense grid's further axes
@@ -384,47 +380,3 @@ def fits(summary: pl.DataFrame, cells: pl.DataFrame, spec: MStarSpec) -> pl.Data
         extra = [(k, pl.Float64 if k == "lam" else pl.String) for k in group_keys[3:]]
         schema = dict(items[:at] + extra + items[at:])
     return pl.from_dicts(rows, schema=schema)
-
-
-GRID_TABLES = ("cells", "summary", "fits")
-BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
-
-
-def write_grid_tables(
-    cell_files: list[Path],
-    tables_dir: Path,
-    staging: Path,
-    provenance: dict[str, str],
-    m_star: MStarSpec,
-) -> dict[str, pl.DataFrame]:
-    """Build and atomically write cells, summary and fits from the cell files; returns them."""
-    cells = collect_cells(cell_files, provenance)
-    summary = summarise(cells)
-    fitted = fits(summary, cells, m_star)
-    out = {"cells": cells, "summary": summary, "fits": fitted}
-    for name, frame in out.items():
-        write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)
-    return out
-
-
-def write_grid_tables_if_changed(
-    cell_files: list[Path],
-    tables_dir: Path,
-    staging: Path,
-    provenance: dict[str, str],
-    m_star: MStarSpec,
-) -> tuple[pl.DataFrame, bool]:
-    """`write_grid_tables`, skipped when the cell files (bytes), the provenance, the m* spec and
-    the code of this module and of the kernels it calls are those the tables were last built
-    from: a rerun whose cells were all done (about 2 s for the quickstart's 244 cells). Returns
-    the cells table and whether the tables were rebuilt."""
-    code = digest.sources(sys.modules[__name__], rates, saturation, stats)
-    value = digest.digest(cell_files, json.dumps(provenance, sort_keys=True), repr(m_star), code)
-    stamp = tables_dir / BUILT_FROM
-    outputs = [tables_dir / f"{name}.parquet" for name in GRID_TABLES]
-    if digest.is_current(stamp, value, *outputs):
-        return pl.read_parquet(outputs[0]), False
-    digest.forget(stamp)
-    cells = write_grid_tables(cell_files, tables_dir, staging, provenance, m_star)["cells"]
-    digest.record(stamp, value, staging)
-    return cells, True

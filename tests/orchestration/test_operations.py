@@ -193,7 +193,7 @@ def test_report_of_damaged_tables_exit_2_naming_the_file(tmp_path: Path) -> None
 
 
 def _grid_tables(root: Path) -> None:
-    from crl.steps.tables import write_grid_tables
+    from crl.steps.aggregate import write_grid_tables
     from tests.steps.tables_data import PROVENANCE, cell_rows, write_cells
     from tests.steps.test_tables import SPEC
 

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from crl import checks
-from crl.steps import check_unit, report, tables
+from crl.steps import aggregate, check_unit, pages, report
 from crl.steps.check_tables import write_check_tables
 from crl.steps.check_unit import CheckJob, Unit
 from tests.steps.tables_data import PROVENANCE, cell_rows, write_cells
@@ -29,7 +29,7 @@ def _assert_png(path: Path) -> None:
 def grid_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("grid")
     files = write_cells(root / "cells", cell_rows())
-    tables.write_grid_tables(files, root / "tables", root / ".staging", PROVENANCE, SPEC)
+    aggregate.write_grid_tables(files, root / "tables", root / ".staging", PROVENANCE, SPEC)
     return root
 
 
@@ -95,7 +95,7 @@ def test_report_rebuilt_only_when_the_tables_changed(grid_tables: Path, tmp_path
 
 def test_html_table_escapes_and_truncates() -> None:
     frame = pl.DataFrame({"name": ["<b>", "a&b", "c"], "value": [1.23456789, 2.0, 3.0]})
-    html = report._html_table(frame, limit=2)
+    html = pages.html_table(frame, limit=2)
     assert "<td>&lt;b&gt;</td>" in html and "<td>a&amp;b</td>" in html
     assert "<td>1.235</td>" in html
     assert "<td>c</td>" not in html

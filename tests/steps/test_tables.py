@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates
-from crl.steps import tables
+from crl.steps import aggregate, tables
 from crl.steps.tables import FITS_SCHEMA, HOLDS, KEYS, ORDER, SUMMARISED
 from tests.steps.tables_data import AUC_A, PROVENANCE, cell_rows, gap_a, write_cells
 
@@ -237,7 +237,7 @@ def test_fits_with_nothing_to_fit_is_empty_with_the_schema(
 
 
 def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
-    out = tables.write_grid_tables(
+    out = aggregate.write_grid_tables(
         cell_files, tmp_path / "tables", tmp_path / ".staging", PROVENANCE, SPEC
     )
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
@@ -253,7 +253,7 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     assert out["cells"].equals(tables.collect_cells(cell_files, PROVENANCE))
     # the same cells give byte-identical tables (a resumed run equals an uninterrupted one)
     again = tmp_path / "again"
-    tables.write_grid_tables(
+    aggregate.write_grid_tables(
         list(reversed(cell_files)), again, tmp_path / ".staging", PROVENANCE, SPEC
     )
     for name in ("cells", "summary", "fits"):
@@ -274,12 +274,12 @@ def test_tables_rebuilt_only_when_cells_provenance_or_spec_changed(
         files[-1].write_bytes(path.read_bytes())
 
     def build(files: list[Path], prov: dict = PROVENANCE, spec=SPEC) -> bool:
-        cells, rebuilt = tables.write_grid_tables_if_changed(files, out, staging, prov, spec)
+        cells, rebuilt = aggregate.write_grid_tables_if_changed(files, out, staging, prov, spec)
         assert cells.equals(pl.read_parquet(out / "cells.parquet"), null_equal=True)
         return rebuilt
 
     assert build(files)
-    stamp = (out / tables.BUILT_FROM).read_text()
+    stamp = (out / aggregate.BUILT_FROM).read_text()
     written = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
     assert not build(list(reversed(files)))  # the same cells in another order
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")} == written
@@ -287,7 +287,7 @@ def test_tables_rebuilt_only_when_cells_provenance_or_spec_changed(
     assert build(files)
     assert build(files, spec=tables.MStarSpec(**{**SPEC.__dict__, "replicates": 7}))
     assert build(files)
-    assert (out / tables.BUILT_FROM).read_text() == stamp
+    assert (out / aggregate.BUILT_FROM).read_text() == stamp
     assert build(files[:-1])  # a cell fewer
     assert build(files)
     files[0].write_bytes(files[1].read_bytes())  # a cell recomputed with other values
