@@ -109,7 +109,7 @@ def run(
     stages = " | ".join(f"{k} {v:.1f}" for k, v in result["stage_seconds"].items())
     typer.echo(f"crl: wall seconds by stage: {stages}")
     if result["report"]:
-        typer.echo(f"crl: tables  {tables}/{{cells,summary,fits}}.parquet")
+        typer.echo(f"crl: tables  {tables}/{{cells,summary,fits,frontier}}.parquet")
         typer.echo(f"crl: report  {result['report']}")
     if result["failures"]:
         for failure in result["failures"]:
@@ -225,10 +225,11 @@ def report(
     for name in needed:
         _readable(tables / f"{name}.parquet")
     with _interruptible():
+        from crl.steps import check_report
         from crl.steps import report as crl_report
 
         if needed[0] == "checks":
-            page = crl_report.build_checks(tables, root / "report", root / ".staging")
+            page = check_report.build_checks(tables, root / "report", root / ".staging")
         else:
             page, _ = crl_report.build_if_changed(
                 tables, root / "report", root / ".staging", force=True

@@ -46,16 +46,20 @@ VALID_OBJECTIVES = {
 class _Run(_Strict):
     """A validated top-level config; its canonical hash names the run folder."""
 
-    # optional sections left out of the hash when absent, so adding one to the schema does not
-    # rename the folders of configs that do not use it
+    # optional sections and fields (dotted paths) left out of the hash when absent, so adding
+    # one to the schema does not rename the folders of configs that do not use it
     _HASH_OMITS_NONE: tuple[str, ...] = ()
 
     def hash(self) -> str:
         """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
         tree = self.model_dump(mode="json")
-        for key in self._HASH_OMITS_NONE:
-            if tree.get(key) is None:
-                tree.pop(key, None)
+        for path in self._HASH_OMITS_NONE:
+            *parents, key = path.split(".")
+            node = tree
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get(key) is None:
+                node.pop(key, None)
         canonical = json.dumps(tree, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -93,14 +97,28 @@ class ModelConfig(_Strict):
     max_iter: int = Field(4000, ge=1)
 
 
+Normalise = Literal["scale", "unit"]
+NORMALISE: tuple[str, ...] = get_args(Normalise)
+# the optional axes of the grid: each replaces one fixed setting (model.R, eval.temperature, the
+# features' normalisation) in every cell, and joins the cell's key
+GRID_AXES = ("R", "temperature", "normalise")
+
+
 class GridConfig(_Strict):
-    """The axes of the grid: every valid (regime, loss) pair times m x n x seeds."""
+    """The axes of the grid: every valid (regime, loss) pair times m x n x seeds, and optionally
+    times R (the head's norm bound; default model.R), temperature (default eval.temperature) and
+    normalise, how vector features are put in the unit ball: "scale" (centre on the train mean,
+    divide by the largest norm of the splits; the default) or "unit" (centre, then project onto
+    the unit sphere)."""
 
     regimes: list[Regime]
     losses: list[Loss]
     m: list[Annotated[int, Field(ge=1)]]
     n: list[Annotated[int, Field(ge=1)]]
     seeds: list[int] = [0]
+    R: list[Annotated[float, Field(gt=0)]] | None = None
+    temperature: list[Annotated[float, Field(gt=0)]] | None = None
+    normalise: list[Normalise] | None = None
     # cells kept: m <= m_max_over_n * n, and n * m <= scrl_max_negatives for scrl cells
     m_max_over_n: float | None = Field(None, gt=0)
     scrl_max_negatives: int | None = Field(None, ge=1)
@@ -109,6 +127,11 @@ class GridConfig(_Strict):
     @classmethod
     def _non_empty_unique(cls, value: list) -> list:
         return non_empty_unique(value)
+
+    @field_validator("R", "temperature", "normalise")
+    @classmethod
+    def _axis(cls, value: list | None) -> list | None:
+        return None if value is None else non_empty_unique(value)
 
     @model_validator(mode="after")
     def _some_valid_objective(self) -> GridConfig:
@@ -168,7 +191,12 @@ class Config(_Run):
     `dense` section (crl.core.dense_config). `dataset` and `grid` go together; a config with
     only a `dense` section runs dense cells alone."""
 
-    _HASH_OMITS_NONE = ("dense",)
+    _HASH_OMITS_NONE = (
+        "dense",
+        *(f"grid.{axis}" for axis in GRID_AXES),
+        "dense.grid.R",
+        "dense.grid.temperature",
+    )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
     seed: int = 0
@@ -202,6 +230,10 @@ class Config(_Run):
             raise ValueError(f"grid.losses: paired data takes ['lse'] (got {self.grid.losses})")
         if paired and "one_negative" in self.grid.regimes:
             raise ValueError("grid.regimes: paired data takes scrl and sscrl")
+        if paired and self.grid.normalise is not None:
+            raise ValueError("grid.normalise: paired data is used as given (no normalisation)")
+        if self.model.R_times_bayes is not None and self.grid.R is not None:
+            raise ValueError("grid.R: give either grid.R or model.R_times_bayes, not both")
         return self
 
     @model_validator(mode="after")

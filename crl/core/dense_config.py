@@ -135,7 +135,9 @@ class DenseHead(_Strict):
 
 
 class DenseGrid(_Strict):
-    """Axes of the dense grid: regimes x negatives x correspondence x lambdas x m x n x seeds."""
+    """Axes of the dense grid: regimes x negatives x correspondence x lambdas x m x n x seeds,
+    and optionally x R (the head's bound; default head.R) x temperature (default
+    eval.temperature). The features' normalisation is the backbone's (`backbone.normalise`)."""
 
     regimes: list[Literal["scrl", "sscrl"]] = ["scrl"]
     negatives: list[Literal["own", "ext"]] = ["own", "ext"]
@@ -144,11 +146,18 @@ class DenseGrid(_Strict):
     m: list[Annotated[int, Field(ge=1)]]
     n: list[Annotated[int, Field(ge=2)]]
     seeds: list[int] = [0]
+    R: list[Annotated[float, Field(gt=0)]] | None = None
+    temperature: list[Annotated[float, Field(gt=0)]] | None = None
 
     @field_validator("regimes", "negatives", "correspondence", "lambdas", "m", "n", "seeds")
     @classmethod
     def _non_empty_unique(cls, value: list) -> list:
         return non_empty_unique(value)
+
+    @field_validator("R", "temperature")
+    @classmethod
+    def _axis(cls, value: list | None) -> list | None:
+        return None if value is None else non_empty_unique(value)
 
 
 class DenseEval(_Strict):

@@ -21,7 +21,7 @@ from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
 from crl.steps import aggregate as aggregate_step
-from crl.steps import check_tables, report, tables
+from crl.steps import check_report, check_tables, report, tables
 from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
 
 
@@ -185,7 +185,7 @@ def aggregate_checks(config: crl_config.CheckConfig, paths: CheckPaths) -> list[
 
 @task(name="report", cache_policy=NO_CACHE)
 def render_checks(paths: CheckPaths) -> str:
-    return str(report.build_checks(paths.tables, paths.report, paths.staging))
+    return str(check_report.build_checks(paths.tables, paths.report, paths.staging))
 
 
 @flow(name="theorem_checks", log_prints=True)

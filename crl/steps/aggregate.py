@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 
 from crl.kernels import rates, saturation, stats
-from crl.steps import digest, tables
+from crl.steps import digest, frontier, tables
 from crl.steps.atomic import write_parquet_atomic
 
-GRID_TABLES = ("cells", "summary", "fits")
+GRID_TABLES = ("cells", "summary", "fits", "frontier")
 BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
 
 
@@ -24,11 +24,17 @@ def write_grid_tables(
     provenance: dict[str, str],
     m_star: tables.MStarSpec,
 ) -> dict[str, pl.DataFrame]:
-    """Build and atomically write cells, summary and fits from the cell files; returns them."""
+    """Build and atomically write cells, summary, fits and frontier from the cell files;
+    returns them."""
     cells = tables.collect_cells(cell_files, provenance)
     summary = tables.summarise(cells)
     fitted = tables.fits(summary, cells, m_star)
-    out = {"cells": cells, "summary": summary, "fits": fitted}
+    out = {
+        "cells": cells,
+        "summary": summary,
+        "fits": fitted,
+        "frontier": frontier.frontier(summary),
+    }
     for name, frame in out.items():
         write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)
     return out
@@ -45,7 +51,7 @@ def write_grid_tables_if_changed(
     the code of the table modules and of the kernels they call are those the tables were last built
     from: a rerun whose cells were all done (about 2 s for the quickstart's 244 cells). Returns
     the cells table and whether the tables were rebuilt."""
-    code = digest.sources(sys.modules[__name__], tables, rates, saturation, stats)
+    code = digest.sources(sys.modules[__name__], tables, frontier, rates, saturation, stats)
     value = digest.digest(cell_files, json.dumps(provenance, sort_keys=True), repr(m_star), code)
     stamp = tables_dir / BUILT_FROM
     outputs = [tables_dir / f"{name}.parquet" for name in GRID_TABLES]

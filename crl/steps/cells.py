@@ -14,7 +14,7 @@ from crl.steps.atomic import write_parquet_atomic
 from crl.steps.dense import cell as dense_cell
 from crl.steps.dense.features import DenseFeatures, load_dense_features
 from crl.steps.features import Features, load_features, tau_of
-from crl.steps.keys import CellKey, grid_keys
+from crl.steps.keys import CellKey, cell_config, grid_keys
 from crl.steps.paired import model_cell, split_cell
 from crl.steps.runfolder import RunPaths
 from crl.steps.unimodal import cell as unimodal_cell
@@ -71,9 +71,10 @@ def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
         row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
         row["dataset"] = job.config.dense.images.kind
     elif isinstance(job.paired, model_cell.PairedSource):
-        row = model_cell.run_paired_cell(job.config, key, cell_id, job.paired)
+        row = model_cell.run_paired_cell(cell_config(job.config, key), key, cell_id, job.paired)
     elif isinstance(job.paired, split_cell.PairedSplits):
-        row = split_cell.run_paired_split_cell(job.config, key, cell_id, job.paired)
+        config = cell_config(job.config, key)
+        row = split_cell.run_paired_split_cell(config, key, cell_id, job.paired)
     else:
         row = unimodal_cell.run_cell(job.config, key, job.features, job.tau)
     row["cell_git_commit"] = job.git_commit

@@ -1,9 +1,11 @@
 """A run's features read back for the cells: both splits, normalised so every ||row|| <= 1.
 
-The normalisation is phi(x) = (x - mean) / max(scale, ||x - mean||) (times 1 - 1e-6): centred on
-the train mean, scaled by the largest norm on the two splits, and clipped radially, so that
-||phi(x)|| <= 1 holds for every x (BOUNDS.md (A1)), not only for the rows of the splits, where
-the clip changes nothing.
+The normalisation ("scale") is phi(x) = (x - mean) / max(scale, ||x - mean||) (times 1 - 1e-6):
+centred on the train mean, scaled by the largest norm on the two splits, and clipped radially,
+so that ||phi(x)|| <= 1 holds for every x (BOUNDS.md (A1)), not only for the rows of the splits,
+where the clip changes nothing. A cell of the "unit" normalisation projects those features onto
+the unit sphere (`on_unit_sphere`): phi(x) / ||phi(x)|| (times 1 - 1e-6; the centre stays 0),
+the same as centring and then projecting, since the scale does not change a direction.
 """
 
 from __future__ import annotations
@@ -55,6 +57,36 @@ class Normalizer:
         return centred / torch.maximum(scale, norms * (1 + 1e-6))
 
 
+_SHRINK = 1 + 1e-6  # every projected norm is 1/_SHRINK < 1, whatever float32 rounding does
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of x (N, p) divided by its norm (times 1 - 1e-6); a zero row stays 0."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True) * np.float32(_SHRINK)
+    return np.ascontiguousarray(np.divide(x, norms, out=np.zeros_like(x), where=norms > 0))
+
+
+@dataclass(frozen=True)
+class SphereNormalizer:
+    """x -> inner(x) / ||inner(x)||: the run's normalisation, then onto the unit sphere."""
+
+    inner: Normalizer
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.inner.mean
+
+    def array(self, x: np.ndarray) -> np.ndarray:
+        """Shape: x (N, p) float32 -> (N, p) float32."""
+        return _unit_rows(self.inner.array(x))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Shape: x (N, p) -> (N, p) float32."""
+        inner = self.inner(x)
+        norms = inner.norm(dim=1, keepdim=True) * _SHRINK
+        return torch.where(norms > 0, inner / norms.clamp_min(1e-30), torch.zeros_like(inner))
+
+
 @dataclass(frozen=True)
 class SplitArrays:
     """One split's normalised features and latent labels.
@@ -91,7 +123,20 @@ class Features:
 
     train: SplitArrays
     test: SplitArrays
-    normalizer: Normalizer
+    normalizer: Normalizer | SphereNormalizer
+
+
+def on_unit_sphere(features: Features) -> Features:
+    """The "unit" normalisation of a run's features: every row (and view) projected onto the
+    unit sphere, in new arrays."""
+
+    def split(s: SplitArrays) -> SplitArrays:
+        views = [None if v is None else _unit_rows(np.asarray(v)) for v in (s.view_a, s.view_b)]
+        return SplitArrays(_unit_rows(np.asarray(s.x)), s.labels, *views)
+
+    return Features(
+        split(features.train), split(features.test), SphereNormalizer(features.normalizer)
+    )
 
 
 def _largest_norm(table: np.ndarray, mean: np.ndarray, rows: int = 65536) -> float:

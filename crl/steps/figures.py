@@ -1,11 +1,25 @@
-"""Figure layout shared by the report's sections."""
+"""Figure layout and saving shared by the report's sections."""
 
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from crl.steps.atomic import write_bytes_atomic  # noqa: E402
+
+
+def save_png(fig: plt.Figure, path: Path, staging: Path) -> None:
+    """The figure as a PNG at `path`, written atomically; the figure is closed."""
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes_atomic(png.getvalue(), path, staging)
 
 
 def panels(count: int) -> tuple[plt.Figure, list]:

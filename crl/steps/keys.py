@@ -5,22 +5,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crl.core.config import Config, GridConfig, objectives
+from crl.core.config import GRID_AXES, Config, GridConfig, objectives
 from crl.kernels.seeding import short_hash
 
 
 @dataclass(frozen=True)
 class CellKey:
-    """A cell of the (regime, loss, m, n, seed) grid (unimodal and paired families)."""
+    """A cell of the (regime, loss, m, n, seed) grid (unimodal and paired families), and of the
+    optional axes R, temperature and normalise: None where the grid does not have the axis (the
+    cell takes model.R, eval.temperature, "scale"), so that the ids of grids without them do
+    not change."""
 
     regime: str
     loss: str
     m: int
     n: int
     seed: int
+    R: float | None = None
+    temperature: float | None = None
+    normalise: str | None = None
 
     def cell_id(self, config_hash: str) -> str:
-        return short_hash(config_hash, self.regime, self.loss, self.m, self.n, self.seed)
+        axes = [(axis, value) for axis in GRID_AXES if (value := getattr(self, axis)) is not None]
+        return short_hash(
+            config_hash, self.regime, self.loss, self.m, self.n, self.seed, *axes
+        )
+
+    def normalisation(self) -> str:
+        """How the cell's vector features are put in the unit ball."""
+        return self.normalise or "scale"
+
+
+def cell_config(config: Config, key: CellKey) -> Config:
+    """`config` as the cell sees it: model.R and eval.temperature replaced by the key's R and
+    temperature where the grid has those axes. Its hash is not the run's: a cell's id comes from
+    the run's config (`key.cell_id(config.hash())`)."""
+    model, ev = config.model, config.eval
+    if key.R is not None:
+        model = model.model_copy(update={"R": key.R})
+    if key.temperature is not None:
+        ev = ev.model_copy(update={"temperature": key.temperature})
+    return config.model_copy(update={"model": model, "eval": ev})
 
 
 def grid_keys(config: Config) -> list[CellKey]:
@@ -29,8 +54,11 @@ def grid_keys(config: Config) -> list[CellKey]:
     if g is None:
         return []
     return [
-        CellKey(regime, loss, m, n, seed)
+        CellKey(regime, loss, m, n, seed, R, temperature, normalise)
         for regime, loss in objectives(g)
+        for R in g.R or [None]
+        for temperature in g.temperature or [None]
+        for normalise in g.normalise or [None]
         for m in g.m
         for n in g.n
         if _kept(g, regime, m, n)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from crl.steps import digest, figures  # noqa: E402
+from crl.steps import digest, figures, frontier_panel  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
@@ -29,12 +28,7 @@ def _objectives(summary: pl.DataFrame) -> list[tuple[str, str]]:
     return [tuple(r) for r in summary.select(["regime", "loss"]).unique(maintain_order=True).rows()]
 
 
-def _save(fig: plt.Figure, path: Path, staging: Path) -> None:
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    write_bytes_atomic(png.getvalue(), path, staging)
+_save = figures.save_png
 
 
 def _log_axes(ax, x_label: str, y_label: str, title: str) -> None:
@@ -249,7 +243,7 @@ BUILT_FROM = ".built-from"  # in report/: the digest of the tables and code of t
 
 
 def _report_digest(tables: Path) -> str:
-    code = digest.sources(sys.modules[__name__], figures, report_dense, saturation)
+    code = digest.sources(sys.modules[__name__], figures, frontier_panel, report_dense, saturation)
     return digest.digest(tables.glob("*.parquet"), code)
 
 
@@ -276,7 +270,16 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     One section per family in the tables: the single-modality grid, the paired grid, dense."""
     summary = pl.read_parquet(tables / "summary.parquet")
     fits = pl.read_parquet(tables / "fits.parquet")
+    frontier_path = tables / "frontier.parquet"
+    frontier_table = pl.read_parquet(frontier_path) if frontier_path.is_file() else None
     out.mkdir(parents=True, exist_ok=True)
+    sections = []
+    if frontier_table is not None:
+        sections.append(
+            frontier_panel.section(
+                summary, frontier_table, out, lambda f, p: _save(f, p, staging), html_table
+            )
+        )
     family = (
         summary["family"]
         if "family" in summary.columns
@@ -286,22 +289,54 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     rest = summary.filter(family.ne_missing("dense"))
     paired = rest.height > 0 and family.filter(family.ne_missing("dense"))[0] == "paired"
     is_dense = pl.col("loss").str.starts_with("dense")
-    sections = []
-    if paired:
-        sections.append(paired_body(rest, fits.filter(~is_dense), out, staging))
-    elif rest.height:
-        sections.append(unimodal_body(rest, fits.filter(~is_dense), out, staging))
+    if rest.height:  # the panels at one setting of the grid's optional axes
+        setting = frontier_panel.reference_setting(rest)
+        sections.append(frontier_panel.setting_note(setting))
+        rest = frontier_panel.at_setting(rest, setting)
+        rest_fits = frontier_panel.at_setting(fits.filter(~is_dense), setting)
+        body = paired_body if paired else unimodal_body
+        sections.append(body(rest, rest_fits, out, staging))
     if dense.height:
-        dense_fits = fits.filter(is_dense)
+        setting = frontier_panel.reference_setting(dense)
+        sections.append(frontier_panel.setting_note(setting))
+        dense_fits = frontier_panel.at_setting(fits.filter(is_dense), setting)
         sections.append(
             report_dense.body(
-                dense, dense_fits, out, lambda f, p: _save(f, p, staging), html_table
+                frontier_panel.at_setting(dense, setting),
+                dense_fits,
+                out,
+                lambda f, p: _save(f, p, staging),
+                html_table,
             )
         )
     prov = summary.row(0, named=True)
-    page = page_html(f"crl run {prov['run_id']}", prov, "\n".join(sections))
+    page = page_html(f"crl run {prov['run_id']}", prov, "\n".join(s for s in sections if s))
     write_bytes_atomic(page, out / "index.html", staging)
     return out / "index.html"
+
+
+HEADLINE = [
+    "regime",
+    "loss",
+    "m",
+    "n",
+    "seeds",
+    "train_loss_mean",
+    "test_loss_mean",
+    "gap_mean",
+    "gap_seed_ci",
+    "gamma_m_mean",
+    "gamma_S_mean",
+    "gamma_E_mean",
+    "best_bound_mean",
+    "gamma_S_holds_fraction",
+    "certified_fraction",
+    "retrieval_auc_mean",
+    "linear_probe_accuracy_mean",
+    "learning_gain_rel_mean",
+    "learned_fraction",
+    "tau",
+]
 
 
 def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging: Path) -> str:
@@ -313,28 +348,7 @@ def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging:
     images = ["gap_vs_n.png", "gap_vs_m.png", "tightness.png", "downstream_vs_m.png"]
     if plot_m_star(fits, out / "m_star.png", staging):
         images.append("m_star.png")
-    headline = summary.select(
-        [
-            "regime",
-            "loss",
-            "m",
-            "n",
-            "seeds",
-            "train_loss_mean",
-            "test_loss_mean",
-            "gap_mean",
-            "gap_seed_ci",
-            "gamma_m_mean",
-            "gamma_S_mean",
-            "gamma_E_mean",
-            "best_bound_mean",
-            "gamma_S_holds_fraction",
-            "certified_fraction",
-            "retrieval_auc_mean",
-            "linear_probe_accuracy_mean",
-            "tau",
-        ]
-    )
+    headline = summary.select([c for c in HEADLINE if c in summary.columns])
     fit_view = fits.filter(
         pl.col("kind").is_in(["slopes", "rate", "power", "m_star_exponent"])
     ).drop(PROVENANCE_COLUMNS)
@@ -342,42 +356,3 @@ def unimodal_body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, staging:
 <h2>Gap against the certified bounds (means over seeds)</h2>{html_table(headline)}
 <h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>
 {html_table(fit_view)}"""
-
-
-def plot_slack(checks: pl.DataFrame, path: Path, staging: Path) -> None:
-    """Sorted slack per statement against its quantile (symmetric-log y); failures in red."""
-    statements = checks["statement"].unique(maintain_order=True).to_list()
-    fig, axes = panels(len(statements))
-    for ax, statement in zip(axes, statements, strict=False):
-        sub = checks.filter(pl.col("statement") == statement).sort("slack")
-        quantile = [(i + 0.5) / sub.height for i in range(sub.height)]
-        colours = ["tab:blue" if held else "tab:red" for held in sub["holds"].to_list()]
-        ax.scatter(quantile, sub["slack"].to_list(), c=colours, s=6)
-        ax.axhline(0, color="black", lw=0.7)
-        ax.set_yscale("symlog", linthresh=1e-6)
-        failed = int((~sub["holds"]).sum())
-        ax.set(
-            title=f"{statement} ({sub.height} rows, {failed} failed)",
-            xlabel="quantile",
-            ylabel="slack (rhs - lhs)",
-        )
-    _save(fig, path, staging)
-
-
-def build_checks(tables: Path, out: Path, staging: Path) -> Path:
-    """Slack plots and report/index.html of a `crl check` run, from its tables alone."""
-    checks = pl.read_parquet(tables / "checks.parquet")
-    summary = pl.read_parquet(tables / "checks_summary.parquet")
-    out.mkdir(parents=True, exist_ok=True)
-    plot_slack(checks, out / "slack.png", staging)
-    prov = summary.row(0, named=True)
-    failed = checks.filter(~pl.col("holds")).select(
-        ["statement", "instance", "quantity", "method", "lhs", "rhs", "slack", "ci", "params"]
-    )
-    view = summary.drop(PROVENANCE_COLUMNS)
-    body = f"""<h2>Statements</h2>{html_table(view)}
-<h2>Failed rows</h2>{html_table(failed) if failed.height else "<p>none</p>"}
-<h2>Slack distributions</h2><img src="slack.png">"""
-    page = page_html(f"crl check {prov['run_id']}", prov, body)
-    write_bytes_atomic(page, out / "index.html", staging)
-    return out / "index.html"

@@ -25,6 +25,21 @@ SIGNAL_COLUMNS = (
 )
 
 
+def exact_signal_columns(trivial_loss: float, test_loss: float, loss_range: float | None) -> dict:
+    """The signal columns where both losses are population values in closed form (paired
+    Gaussian cells): the gain is exact, its interval 0, and no gap lies inside noise."""
+    gain = trivial_loss - test_loss
+    usable_range = loss_range is not None and math.isfinite(loss_range) and loss_range > 0
+    return {
+        "trivial_loss": trivial_loss,
+        "learning_gain": gain,
+        "learning_gain_ci": 0.0,
+        "learning_gain_rel": gain / loss_range if usable_range else None,
+        "learned": bool(gain > 0) if math.isfinite(gain) else False,
+        "gap_snr": None,
+    }
+
+
 def signal_columns(
     trivial_terms: torch.Tensor,
     test_terms: torch.Tensor,

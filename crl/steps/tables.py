@@ -15,9 +15,10 @@ import polars as pl
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates, saturation, stats
 
-KEYS = ["dataset", "regime", "loss", "m", "n"]
+OBJECTIVE = ["dataset", "regime", "loss"]
+# the settings a cell is fitted under (constant in a run unless the grid makes them axes)
+SETTINGS = ["R", "temperature", "normalise"]
 DENSE_KEYS = ["negatives", "correspondence", "lam"]  # the dense grid's further axes
-ORDER = [*KEYS, "seed"]
 SUMMARISED = [
     "train_loss",
     "test_loss",
@@ -123,6 +124,7 @@ HOLDS = [
 ]
 FIRST = [
     "family",
+    "loss_range",
     "sampling",
     "tau",
     "bounds_note",
@@ -180,9 +182,15 @@ FITS_SCHEMA = {
 }
 
 
+def curve_keys(frame: pl.DataFrame) -> list[str]:
+    """What one (m, n) surface of a frame shares: dataset, regime, loss, the settings (R,
+    temperature, normalise) and the dense axes, those of them the frame has."""
+    return [*OBJECTIVE, *(k for k in [*SETTINGS, *DENSE_KEYS] if k in frame.columns)]
+
+
 def keys_of(frame: pl.DataFrame) -> list[str]:
-    """The grouping keys of a cells frame: KEYS, and the dense axes when dense rows are in it."""
-    return [*KEYS, *(k for k in DENSE_KEYS if k in frame.columns)]
+    """The grouping keys of a cells frame: its curve keys, then m and n."""
+    return [*curve_keys(frame), "m", "n"]
 
 
 def with_provenance(frame: pl.DataFrame, provenance: dict[str, str]) -> pl.DataFrame:
@@ -367,16 +375,18 @@ def fits(summary: pl.DataFrame, cells: pl.DataFrame, spec: MStarSpec) -> pl.Data
     """Rate-shape fits of mean gaps per (dataset, regime, loss), and m*(n) with its exponent."""
     prov = summary.select(PROVENANCE_COLUMNS).row(0, named=True)
     rows = []
-    group_keys = ["dataset", "regime", "loss", *(k for k in DENSE_KEYS if k in summary.columns)]
+    group_keys = curve_keys(summary)
     for values, group in summary.group_by(group_keys, maintain_order=True):
         ident = dict(zip(group_keys, values, strict=True))
         sub = cells.filter(pl.all_horizontal([pl.col(k).eq_missing(v) for k, v in ident.items()]))
         for row in [*_fit_rows(group), *m_star_rows(sub, spec)]:
             rows.append({**prov, **ident, **row})
-    schema = dict(FITS_SCHEMA)
-    if len(group_keys) > 3:  # the dense axes, after loss
-        items = list(schema.items())
-        at = [name for name, _ in items].index("loss") + 1
-        extra = [(k, pl.Float64 if k == "lam" else pl.String) for k in group_keys[3:]]
-        schema = dict(items[:at] + extra + items[at:])
-    return pl.from_dicts(rows, schema=schema)
+    return pl.from_dicts(rows, schema=fits_schema(summary))
+
+
+def fits_schema(summary: pl.DataFrame) -> dict:
+    """FITS_SCHEMA with the summary's settings and dense axes after `loss`."""
+    items = list(FITS_SCHEMA.items())
+    at = [name for name, _ in items].index("loss") + 1
+    extra = [(k, summary.schema[k]) for k in curve_keys(summary)[len(OBJECTIVE) :]]
+    return dict(items[:at] + extra + items[at:])

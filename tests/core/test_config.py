@@ -32,6 +32,14 @@ def test_configs_without_a_dense_section_keep_their_hash() -> None:
     assert config.validate(tree).hash() == "fbf8e18af886"
 
 
+def test_grid_axes_join_the_hash_only_when_given() -> None:
+    base = config.load(QUICKSTART)
+    assert "R" not in base.model_dump(mode="json")["grid"] or base.grid.R is None
+    with_axis = config.load(QUICKSTART, ["grid.R=[1.0]"])
+    assert with_axis.grid.R == [1.0] and with_axis.hash() != base.hash()
+    assert config.load(QUICKSTART, ["grid.R=null"]).hash() == base.hash()
+
+
 def test_override_changes_hash_and_parses_yaml() -> None:
     base = config.load(QUICKSTART)
     changed = config.load(QUICKSTART, ["grid.m=[2, 8]", "eval.temperature=0.25"])
@@ -62,6 +70,11 @@ def test_defaults_filled_in_hash() -> None:
         ("dataset.kind=mnist", "dataset"),
         ("model.colour=3", "model.colour"),
         ("grid.regimes=[one_negative]", "grid"),
+        ("grid.R=[]", "grid.R"),
+        ("grid.R=[1, 0]", "grid.R"),
+        ("grid.R=[1, 1]", "grid.R"),
+        ("grid.temperature=[0.5, -1]", "grid.temperature"),
+        ("grid.normalise=[sphere]", "grid.normalise"),
     ],
 )
 def test_bad_values_name_the_field(override: str, field: str) -> None:
@@ -139,6 +152,8 @@ LI2026 = REPO / "conf" / "li2026.yaml"
         (["eval.m_star.metrics=[bogus]"], "eval.m_star.metrics"),
         (["eval.m_star.delta=0"], "eval.m_star.delta"),
         (["grid.m_max_over_n=0"], "grid.m_max_over_n"),
+        (["grid.normalise=[unit]"], "grid.normalise"),
+        (["model.R_times_bayes=2", "grid.R=[1, 2]"], "grid.R"),
     ],
 )
 def test_paired_config_errors_name_the_field(overrides: list[str], field: str) -> None:

@@ -84,6 +84,11 @@ def test_a_cell_recomputed_from_first_principles(paired_run: dict) -> None:
     s_neg = score(source.triples.x, source.triples.y_neg)
     auc = float(((s_pos > s_neg).double() + 0.5 * (s_pos == s_neg).double()).mean())
     assert row["retrieval_auc"] == pytest.approx(auc, abs=1e-12)
+    # the signal: L(0) = T log E exp(0) = 0 whatever the law, and the gain is exact
+    assert row["trivial_loss"] == pytest.approx(0.0, abs=1e-12)
+    assert row["learning_gain"] == pytest.approx(-row["test_loss"], rel=1e-12)
+    assert row["learning_gain_ci"] == 0.0 and row["gap_snr"] is None
+    assert row["learned"] == (row["test_loss"] < 0)
 
 
 def test_m_star_rows_with_intervals_and_sensitivity(paired_run: dict) -> None:
@@ -186,6 +191,11 @@ def test_user_pairs_cells_hold_their_certified_bounds(pairs_run: dict) -> None:
         assert row["loss_range"] == pytest.approx(4 * math.sqrt(2) * row["R"])
         assert 0.0 <= row["retrieval_auc"] <= 1.0
         assert row["auc_error"] == pytest.approx(1 - row["retrieval_auc"])
+        # s = 0 scores every pair alike: its LSE terms are T log mean exp(0) = 0
+        assert row["trivial_loss"] == 0.0
+        assert row["learning_gain"] == pytest.approx(-row["test_loss"], rel=1e-12)
+        assert row["learning_gain_rel"] == pytest.approx(row["learning_gain"] / row["loss_range"])
+        assert row["learned"] == (row["learning_gain"] - row["learning_gain_ci"] > 0)
         if row["regime"] == "sscrl":
             assert row["bound_delta"] == 0.025 and row["lse_inner_bound"] is None
             assert row["gap_outer"] + row["gap_inner"] == pytest.approx(row["gap"])

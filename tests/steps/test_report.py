@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from crl import checks
-from crl.steps import aggregate, check_unit, pages, report
+from crl.steps import aggregate, check_report, check_unit, pages, report
 from crl.steps.check_tables import write_check_tables
 from crl.steps.check_unit import CheckJob, Unit
 from tests.steps.tables_data import PROVENANCE, cell_rows, write_cells
@@ -114,7 +114,7 @@ def check_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_build_checks_writes_the_page_and_the_slack_plot(check_tables: Path) -> None:
     out = check_tables / "report"
-    page = report.build_checks(check_tables / "tables", out, check_tables / ".staging")
+    page = check_report.build_checks(check_tables / "tables", out, check_tables / ".staging")
     assert page == out / "index.html"
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "slack.png"]
     _assert_png(out / "slack.png")
@@ -133,7 +133,9 @@ def test_build_checks_when_everything_holds(tmp_path: Path) -> None:
     job = CheckJob(0, checks.Constants(), tmp_path / "units", tmp_path / ".staging")
     check_unit.run_unit(Unit("S1_value_at_zero", 0, 1), job)
     write_check_tables(tmp_path / "units", tmp_path / "tables", tmp_path / ".staging", PROVENANCE)
-    page = report.build_checks(tmp_path / "tables", tmp_path / "report", tmp_path / ".staging")
+    page = check_report.build_checks(
+        tmp_path / "tables", tmp_path / "report", tmp_path / ".staging"
+    )
     html = page.read_text()
     assert "<h2>Failed rows</h2><p>none</p>" in html
     _assert_png(tmp_path / "report" / "slack.png")

@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates
 from crl.steps import aggregate, tables
-from crl.steps.tables import FITS_SCHEMA, HOLDS, KEYS, ORDER, SUMMARISED
+from crl.steps.tables import FIRST, FITS_SCHEMA, HOLDS, SUMMARISED, keys_of
 from tests.steps.tables_data import AUC_A, PROVENANCE, cell_rows, gap_a, write_cells
 
 
@@ -51,7 +51,7 @@ def test_collect_cells_puts_provenance_first_and_sorts_by_key(
     assert cells.columns[:6] == [*PROVENANCE_COLUMNS, "cell_id", "dataset"]
     assert cells.height == len(cell_files) == len(cell_rows())
     assert set(cells.columns) == {*PROVENANCE_COLUMNS, *cell_rows()[0]}
-    keys = cells.select(ORDER).rows()
+    keys = cells.select([*keys_of(cells), "seed"]).rows()
     assert keys == sorted(keys)
     assert cells["run_id"].to_list() == [PROVENANCE["run_id"]] * cells.height
     assert cells.schema["sscrl_inner"] == pl.Float64  # null in most files, float in some
@@ -67,7 +67,8 @@ def test_collect_cells_without_files() -> None:
 
 def test_summarise_mean_std_and_seed_ci(summary: pl.DataFrame) -> None:
     rows = cell_rows()
-    assert summary.select(KEYS).rows() == sorted(summary.select(KEYS).rows())
+    keys = keys_of(summary)
+    assert summary.select(keys).rows() == sorted(summary.select(keys).rows())
     assert summary.height == 6 + 2 + 2
     assert summary.columns[:4] == list(PROVENANCE_COLUMNS)
     for record in summary.iter_rows(named=True):
@@ -127,9 +128,10 @@ def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
     """README, `tables/summary.parquet`: seeds, <col>_mean/_std/_seed_ci, the holds fractions,
     tau, test_loss_ci_mean and rademacher_ci_mean."""
     present = set(cell_rows()[0])
-    expected = {*PROVENANCE_COLUMNS, *KEYS, "seeds", "tau"}
+    expected = {*PROVENANCE_COLUMNS, *keys_of(summary), "seeds"}
+    expected |= {c for c in FIRST if c in present}
     expected |= {f"{c}_{s}" for c in SUMMARISED if c in present for s in ("mean", "std", "seed_ci")}
-    expected |= {f"{h}_fraction" for h in HOLDS if h in present} | {"sampling"}
+    expected |= {f"{h}_fraction" for h in HOLDS if h in present}
     expected |= {"test_loss_ci_mean", "rademacher_ci_mean", "test_loss_pool_ci_mean"}
     assert sorted(expected - set(summary.columns)) == []
     assert sorted(set(summary.columns) - expected) == []
@@ -140,7 +142,10 @@ SPEC = tables.MStarSpec(("auc_error",), 0.25, (0.25,), 50, 0.95, 0)
 
 def test_fits_rows(summary: pl.DataFrame, cells: pl.DataFrame) -> None:
     fitted = tables.fits(summary, cells, SPEC)
-    assert dict(fitted.schema) == FITS_SCHEMA
+    assert dict(fitted.schema) == tables.fits_schema(summary)
+    at = fitted.columns.index("loss")
+    assert fitted.columns[at + 1 : at + 3] == ["R", "temperature"]  # the cells' settings
+    assert set(fitted.columns) - {"R", "temperature"} == set(FITS_SCHEMA)
     assert fitted["run_id"].to_list() == [PROVENANCE["run_id"]] * fitted.height
     kinds = fitted.select(["regime", "loss", "kind"]).rows()
     assert kinds == [
@@ -233,7 +238,7 @@ def test_fits_with_nothing_to_fit_is_empty_with_the_schema(
 ) -> None:
     fitted = tables.fits(summary.filter(pl.col("regime") == "one_negative"), cells, SPEC)
     assert fitted.height == 0
-    assert dict(fitted.schema) == FITS_SCHEMA
+    assert dict(fitted.schema) == tables.fits_schema(summary)
 
 
 def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
@@ -243,6 +248,7 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
         "cells.parquet",
         "fits.parquet",
+        "frontier.parquet",
         "summary.parquet",
     ]
     assert list((tmp_path / ".staging").iterdir()) == []

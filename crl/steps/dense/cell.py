@@ -21,6 +21,7 @@ from crl.kernels.seeding import generator, short_hash
 from crl.kernels.solver import SolverSpec, apg, autograd, project_ball
 from crl.steps.dense import certify as dense_certify
 from crl.steps.dense.features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
+from crl.steps.signal import signal_columns
 
 F64 = torch.float64
 PROBE_POSITIONS = 8192  # positions per split the dense probe is fitted and scored on
@@ -35,8 +36,11 @@ class DenseKey:
     m: int
     n: int
     seed: int
+    R: float | None = None  # None: dense.head.R (the grid has no R axis)
+    temperature: float | None = None  # None: dense.eval.temperature
 
     def cell_id(self, config_hash: str) -> str:
+        axes = [(a, v) for a in ("R", "temperature") if (v := getattr(self, a)) is not None]
         return short_hash(
             config_hash,
             "dense",
@@ -47,6 +51,7 @@ class DenseKey:
             self.m,
             self.n,
             self.seed,
+            *axes,
         )
 
     @property
@@ -61,11 +66,13 @@ def dense_keys(config: Config) -> list[DenseKey]:
         return []
     g = config.dense.grid
     return [
-        DenseKey(regime, neg, corr, float(lam), m, n, seed)
+        DenseKey(regime, neg, corr, float(lam), m, n, seed, R, temperature)
         for regime in g.regimes
         for neg in g.negatives
         for corr in g.correspondence
         for lam in g.lambdas
+        for R in g.R or [None]
+        for temperature in g.temperature or [None]
         for m in g.m
         for n in g.n
         for seed in g.seeds
@@ -182,7 +189,9 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     started = time.perf_counter()
     dense = config.dense
     head, ev = dense.head, dense.eval
-    T, R, d, m, lam = ev.temperature, head.R, head.d, key.m, key.lam
+    T = ev.temperature if key.temperature is None else key.temperature
+    R = head.R if key.R is None else key.R
+    d, m, lam = head.d, key.m, key.lam
     corr, shared = key.correspondence, key.regime == "sscrl"
     train, neg, gen = draw_train(config, key, cell_id, features)
 
@@ -205,6 +214,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         fresh = pool_draw(features.pool, corr, (test_kept.numel(), m), gen)
         test = _batch(features.test, test_kept, corr, fresh)
         test_terms = _objective(W, test, key.negatives, T, lam)
+        trivial_terms = _objective(torch.zeros_like(W), test, key.negatives, T, lam)
         train_loss, test_loss = float(train_terms.mean()), float(test_terms.mean())
         gap = test_loss - train_loss
         ci = _held_out_ci(test_terms)
@@ -247,6 +257,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     bounds_started = time.perf_counter()
     bound_cols = dense_certify.bound_columns(branches, shared, m, d, R, T, ev.delta, gaps, ci)
     bounds_seconds = time.perf_counter() - bounds_started
+    loss_range = bound_cols["loss_range_hi"] - bound_cols["loss_range_lo"]
     row = {
         "cell_id": cell_id,
         "family": "dense",
@@ -283,7 +294,9 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
             + ("one queue shared by the images" if shared else "fresh per image (with replacement)")
         ),
         **bound_cols,
+        "loss_range": loss_range,
         "bounds_seconds": bounds_seconds,
+        **signal_columns(trivial_terms, test_terms, gap, ci, loss_range),
         **dense_certify.mi_columns(mi_losses, m, R, T, ev.delta, why),
         **_probe(W, features, gen),
         "correspondence_top1": _retrieval(W, features.test, ev.test_images),

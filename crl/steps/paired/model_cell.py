@@ -23,12 +23,15 @@ import math
 import time
 from dataclasses import dataclass
 
+import torch
+
 from crl.core.config import Config
 from crl.kernels import bounds, score_model, stats
 from crl.kernels.latent.canonical import CanonicalGaussian, Triples, excess_auc, sample_triples
 from crl.kernels.seeding import generator
 from crl.kernels.solver import Solution, SolverSpec
 from crl.steps.keys import CellKey
+from crl.steps.signal import exact_signal_columns
 
 BOUNDS_NOTE = "not certified: Gaussian features are unbounded (BOUNDS.md A1 fails)"
 
@@ -109,6 +112,7 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
     train_loss = float(score_model.empirical_risk(score.M, score.B, sample, T))
     risk = model.lse_risk(score.M, score.B, T)
     risk_star = model.lse_risk_star(T)
+    trivial = model.lse_risk(torch.zeros_like(score.M), torch.zeros_like(score.B), T)
     auc = excess_auc(model, triples, score.M, score.B, T)
     finite = math.isfinite(risk)
     rhs = bounds.calibration_rhs(risk, risk_star, T, clip=True) if finite else math.inf
@@ -131,6 +135,7 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
         "calibration_rhs": rhs,
         "calibration_slack": rhs - auc.excess,
         "calibration_holds": bool(auc.excess - z * auc.excess_se <= rhs),
+        **exact_signal_columns(trivial, risk, None),
         **fit_columns(score, solution, R),
         "bounds_note": BOUNDS_NOTE,
         "wall_seconds": time.perf_counter() - started,

@@ -31,6 +31,7 @@ from crl.steps import data
 from crl.steps.features import Normalizer
 from crl.steps.keys import CellKey
 from crl.steps.paired import model_cell
+from crl.steps.signal import signal_columns
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -107,7 +108,9 @@ def _held_out(
     config: Config,
     gen: torch.Generator,
     shared_negatives: torch.Tensor | None,
-) -> dict:
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The held-out columns, and the per-anchor LSE terms (a,) of the score and of s = 0 on the
+    same anchors and pool."""
     ev, T = config.eval, config.eval.temperature
     rows = splits.x_test.shape[0]
     order = torch.randperm(rows, generator=gen)
@@ -117,6 +120,8 @@ def _held_out(
     pos = score(x, y)  # (a,)
     pool_y = splits.y_test[pool]  # (K, py)
     terms = losses.lse_risk(pos, score(x[:, None, :], pool_y[None]), T, reduction="none")
+    zero = score_model.QuadraticScore(torch.zeros_like(score.M), torch.zeros_like(score.B))
+    trivial = losses.lse_risk(zero(x, y), zero(x[:, None, :], pool_y[None]), T, reduction="none")
     out = {
         "test_loss": float(terms.mean()),
         "test_loss_ci": float(stats.normal_half_width(terms.std(), len(terms))),
@@ -126,7 +131,7 @@ def _held_out(
     if shared_negatives is not None:
         shared = losses.lse_risk(pos, score(x[:, None, :], shared_negatives[None]), T)
         out["test_loss_shared"] = float(shared)
-    return out
+    return out, terms, trivial
 
 
 def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: PairedSplits) -> dict:
@@ -140,7 +145,9 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         sample, R, T, SolverSpec(config.model.tol, config.model.max_iter)
     )
     train_loss = float(score_model.empirical_risk(score.M, score.B, sample, T))
-    held = _held_out(score, splits, config, gen, sample.negatives if shared else None)
+    held, terms, trivial = _held_out(
+        score, splits, config, gen, sample.negatives if shared else None
+    )
     gap = held["test_loss"] - train_loss
     x = splits.x_test[splits.triple_rows]
     pos = score(x, splits.y_test[splits.triple_rows])
@@ -182,6 +189,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         "best_bound": best,
         "bound_over_gap": best / abs(target) if target else None,
         "bounds_seconds": time.perf_counter() - bounds_started,
+        **signal_columns(trivial, terms, gap, held["test_loss_ci"], constants.B),
         **model_cell.fit_columns(score, solution, R),
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",

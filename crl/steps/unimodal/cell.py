@@ -21,8 +21,8 @@ from crl.kernels.seeding import derive_seed, generator
 from crl.kernels.solver import SolverSpec
 from crl.steps import data
 from crl.steps.embed import build
-from crl.steps.features import Features
-from crl.steps.keys import CellKey
+from crl.steps.features import Features, on_unit_sphere
+from crl.steps.keys import CellKey, cell_config
 from crl.steps.signal import signal_columns
 from crl.steps.unimodal import certify, sampling
 
@@ -93,9 +93,13 @@ def population(
 
 
 def run_cell(config: Config, key: CellKey, features: Features, tau: float | None) -> dict:
-    """Fit and evaluate one cell; returns the row of the cells table (without provenance)."""
+    """Fit and evaluate one cell; returns the row of the cells table (without provenance).
+    The key's R, temperature and normalisation replace the config's where it has them."""
     started = time.perf_counter()
     cell_id = key.cell_id(config.hash())
+    config = cell_config(config, key)
+    if key.normalisation() == "unit":
+        features = on_unit_sphere(features)
     ev, model = config.eval, config.model
     gen = generator(config.seed, cell_id, "cell")
     source = population(config, features)
@@ -162,6 +166,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "sample_blocks": len(draw),
         "R": model.R,
         "temperature": ev.temperature,
+        "normalise": key.normalisation(),
         "delta": ev.delta,
         "train_loss": train_loss,
         "test_loss": test_loss,

@@ -31,7 +31,7 @@ import torch
 
 from crl.kernels import learner
 from crl.kernels.latent import LatentClassModel
-from crl.steps.features import Normalizer, SplitArrays
+from crl.steps.features import Normalizer, SphereNormalizer, SplitArrays
 
 FRESH = "fresh_from_model"
 DISTINCT = "distinct_from_split"
@@ -126,7 +126,10 @@ class ModelPopulation:
     """Fresh draws from the latent-class model: x -> normalise(encoder(x)), ||phi|| <= 1."""
 
     def __init__(
-        self, model: LatentClassModel, encoder: torch.nn.Module, normalizer: Normalizer
+        self,
+        model: LatentClassModel,
+        encoder: torch.nn.Module,
+        normalizer: Normalizer | SphereNormalizer,
     ) -> None:
         self.model, self.encoder, self.normalizer = model, encoder.eval(), normalizer
 

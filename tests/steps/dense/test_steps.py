@@ -223,13 +223,26 @@ def test_dense_report_without_pixel_labels(tmp_path: Path) -> None:
     from crl.steps.dense import report as report_dense
 
     rows = [
-        {"regime": "scrl", "negatives": "own", "correspondence": "geometric", "lam": 1.0,
-         "m": m, "n": 8, "dense_probe_accuracy_mean": None, "dense_probe_majority_mean": None,
-         "correspondence_top1_mean": 0.1 * m}
+        {
+            "regime": "scrl",
+            "negatives": "own",
+            "correspondence": "geometric",
+            "lam": 1.0,
+            "m": m,
+            "n": 8,
+            "dense_probe_accuracy_mean": None,
+            "dense_probe_majority_mean": None,
+            "correspondence_top1_mean": 0.1 * m,
+        }
         for m in (2, 4)
     ]
-    summary = pl.DataFrame(rows, schema_overrides={"dense_probe_accuracy_mean": pl.Float64,
-                                                   "dense_probe_majority_mean": pl.Float64})
+    summary = pl.DataFrame(
+        rows,
+        schema_overrides={
+            "dense_probe_accuracy_mean": pl.Float64,
+            "dense_probe_majority_mean": pl.Float64,
+        },
+    )
     saved = []
 
     def save(fig, path: Path) -> None:
@@ -305,8 +318,9 @@ def test_a_module_backbone_that_exits_or_outputs_nan_is_a_config_error() -> None
 def test_a_feature_map_smaller_than_the_grid_or_a_cell_beyond_memory_is_refused() -> None:
     """The probe: a module with a 2 x 2 map and grid 8 was accepted (random_conv's is refused);
     m = 1e9 was not refused up front."""
-    small = dense_config(backbone={"kind": "module", "module": f"{BACKBONES}:SmallMapNet",
-                                   "grid": 8})
+    small = dense_config(
+        backbone={"kind": "module", "module": f"{BACKBONES}:SmallMapNet", "grid": 8}
+    )
     with pytest.raises(ConfigError, match=r"8 x 8 cells from the 2 x 2 feature map"):
         check_dense(small.dense)
     with pytest.raises(ConfigError, match=r"dense\.grid\.m: a cell with n=\d+, m=1000000000"):
@@ -505,3 +519,20 @@ def test_dense_cell_row_recomputes_and_holds(run, key: DenseKey) -> None:
         assert row["gap_outer"] is None and row["gamma_dense_S"] > 0
     again = run_dense_cell(cfg, key, cell_id, features)
     assert again["head"] == row["head"] and again["test_loss"] == row["test_loss"]
+    # the signal: at W = 0 every score is 0, so an image's loss is the log of its candidates'
+    # count whatever its features: the naive loss at W = 0 on the train batch is f = 0's loss
+    zero_W = torch.zeros_like(W)
+    trivial = naive_dense_loss(
+        zero_W, batch.phi1, batch.phi2, batch.match, batch.neg, key.negatives, T
+    )
+    if key.lam < 1:
+        zero = torch.zeros(key.n, 1, dtype=torch.int64)
+        glob = naive_dense_loss(
+            zero_W, batch.pooled1, batch.pooled2, zero, batch.pooled_neg, "ext", T
+        )
+        trivial = key.lam * trivial + (1 - key.lam) * glob
+    assert row["trivial_loss"] == pytest.approx(trivial, rel=1e-9)
+    assert row["learning_gain"] == pytest.approx(row["trivial_loss"] - row["test_loss"], abs=1e-12)
+    assert row["loss_range"] == row["loss_range_hi"] - row["loss_range_lo"]
+    assert row["learning_gain_rel"] == pytest.approx(row["learning_gain"] / row["loss_range"])
+    assert row["learned"] == (row["learning_gain"] - row["learning_gain_ci"] > 0)

@@ -13,8 +13,16 @@ import torch
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
+from crl.kernels.seeding import short_hash
 from crl.steps import cells
-from crl.steps.features import Features, Normalizer, SplitArrays, load_features, tau_of
+from crl.steps.features import (
+    Features,
+    Normalizer,
+    SplitArrays,
+    load_features,
+    on_unit_sphere,
+    tau_of,
+)
 from crl.steps.keys import CellKey, grid_keys
 from crl.steps.unimodal import cell, sampling
 from tests.conftest import REPO
@@ -97,12 +105,18 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
 # the loss of f = 0 (every score 0), from the definitions: Saunshi's k-negative hinge
 # max(0, 1 + max_i (s_i - s_+)) and logistic log2(1 + sum_i e^(s_i - s_+)); InfoNCE
 # log(1 + m e^0); Li's LSE risk T (log mean_pool e^0) = 0
-AT_ZERO = {"hinge": lambda m: 1.0, "logistic": lambda m: math.log2(1 + m),
-           "info_nce": lambda m: math.log1p(m), "lse": lambda m: 0.0}
+AT_ZERO = {
+    "hinge": lambda m: 1.0,
+    "logistic": lambda m: math.log2(1 + m),
+    "info_nce": lambda m: math.log1p(m),
+    "lse": lambda m: 0.0,
+}
 
 
-@pytest.mark.parametrize(("regime", "loss"), [("scrl", "hinge"), ("scrl", "logistic"),
-                                             ("scrl", "info_nce"), ("sscrl", "lse")])
+@pytest.mark.parametrize(
+    ("regime", "loss"),
+    [("scrl", "hinge"), ("scrl", "logistic"), ("scrl", "info_nce"), ("sscrl", "lse")],
+)
 def test_signal_columns_from_first_principles(
     run: tuple[Features, float], regime: str, loss: str
 ) -> None:
@@ -225,9 +239,7 @@ def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
     first = cell.run_cell(config(), key, features, tau)
     second = cell.run_cell(config(), key, features, tau)
     assert _without_wall(first) == _without_wall(second)
-    other_seed = cell.run_cell(
-        config(), CellKey("one_negative", "hinge", 1, 20, 0), features, tau
-    )
+    other_seed = cell.run_cell(config(), CellKey("one_negative", "hinge", 1, 20, 0), features, tau)
     assert other_seed["train_loss"] != first["train_loss"]
 
 
@@ -245,8 +257,11 @@ def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Pat
     assert back.height == 1
     assert back.row(0, named=True) == row
     assert _without_wall(row) == _without_wall(
-        {**cell.run_cell(cfg, key, features, tau), "dataset": "synthetic",
-         "cell_git_commit": "abc123"}
+        {
+            **cell.run_cell(cfg, key, features, tau),
+            "dataset": "synthetic",
+            "cell_git_commit": "abc123",
+        }
     )
 
 
@@ -339,3 +354,58 @@ def test_one_pass_over_blocks_equals_the_accumulators_over_their_rows_in_order(
     )
     for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N"):
         assert getattr(got.stats, name) == pytest.approx(getattr(whole, name), rel=1e-12)
+
+
+def test_grid_axes_multiply_the_grid_and_join_the_cell_id() -> None:
+    base = config(grid={"regimes": ["scrl"], "losses": ["lse"], "seeds": [0]})
+    plain = grid_keys(base)
+    assert all(k.R is None and k.temperature is None and k.normalise is None for k in plain)
+    # a grid without the axes keeps the ids it had before they existed
+    config_hash = base.hash()
+    assert [k.cell_id(config_hash) for k in plain] == [
+        short_hash(config_hash, k.regime, k.loss, k.m, k.n, k.seed) for k in plain
+    ]
+    axes = {"R": [0.5, 2.0], "temperature": [0.1, 1.0], "normalise": ["scale", "unit"]}
+    wide = config(grid={"regimes": ["scrl"], "losses": ["lse"], "seeds": [0], **axes})
+    keys = grid_keys(wide)
+    assert len(keys) == 8 * len(plain)
+    assert {(k.R, k.temperature, k.normalise) for k in keys} == {
+        (r, t, z) for r in axes["R"] for t in axes["temperature"] for z in axes["normalise"]
+    }
+    ids = [k.cell_id(wide.hash()) for k in keys]
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_cell_runs_at_its_keys_r_temperature_and_normalisation(
+    run: tuple[Features, float],
+) -> None:
+    features, tau = run
+    cfg = config()
+    key = CellKey("scrl", "info_nce", 3, 20, 0, R=2.0, temperature=0.25, normalise="unit")
+    row = cell.run_cell(cfg, key, features, tau)
+    assert (row["R"], row["temperature"], row["normalise"]) == (2.0, 0.25, "unit")
+    assert row["cell_id"] == key.cell_id(cfg.hash())  # the run's hash, not the cell's config's
+    # the bounds are those of the class at the key's R and T
+    consts = certified.loss_constants("info_nce", 3, 2.0, 0.25)
+    assert (row["loss_range"], row["loss_lipschitz"]) == (consts.B, consts.L)
+    plain = cell.run_cell(cfg, CellKey("scrl", "info_nce", 3, 20, 0), features, tau)
+    assert plain["loss_range"] == certified.loss_constants("info_nce", 3, 1.0, 0.5).B
+    assert (plain["R"], plain["temperature"], plain["normalise"]) == (1.0, 0.5, "scale")
+    # unit features have norm ~1 where scaled ones have norms below 1: S2 = sum ||phi||^2 grows
+    assert row["S2"] > plain["S2"]
+
+
+def test_unit_normalisation_puts_every_row_on_the_sphere(run: tuple[Features, float]) -> None:
+    features, _ = run
+    unit = on_unit_sphere(features)
+    for split, original in ((unit.train, features.train), (unit.test, features.test)):
+        norms = np.linalg.norm(split.x.astype(np.float64), axis=1)
+        assert norms.max() <= 1.0 and norms.min() > 1 - 1e-5
+        # the direction is the scaled feature's
+        cos = (split.x * original.x).sum(1) / np.linalg.norm(original.x, axis=1)
+        assert cos == pytest.approx(norms, rel=1e-5)
+    fresh = torch.randn(50, features.train.x.shape[1]) * 7.0
+    projected = unit.normalizer(fresh)
+    assert float(projected.norm(dim=1).max()) <= 1.0
+    assert torch.allclose(projected, torch.from_numpy(unit.normalizer.array(fresh.numpy())))
+    assert float(unit.normalizer(torch.from_numpy(features.normalizer.mean)[None]).norm()) == 0.0

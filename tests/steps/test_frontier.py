@@ -1,0 +1,101 @@
+"""tables/frontier.parquet: the learned-and-certified frontier picked from a summary."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from crl.core.provenance import PROVENANCE_COLUMNS
+from crl.steps import frontier
+
+PROV = dict.fromkeys(PROVENANCE_COLUMNS, "x")
+
+
+def _point(m, R, T, gain, bound, learned, certified=1.0, n=800, loss="lse", **extra) -> dict:
+    return {
+        **PROV,
+        "family": "unimodal",
+        "dataset": "synthetic",
+        "regime": "scrl",
+        "loss": loss,
+        "R": R,
+        "temperature": T,
+        "normalise": "scale",
+        "m": m,
+        "n": n,
+        "learning_gain_mean": gain,
+        "learning_gain_seed_ci": 0.01,
+        "learning_gain_rel_mean": gain / 4.0,
+        "best_bound_mean": bound,
+        "loss_range": 4.0,
+        "learned_fraction": learned,
+        "certified_fraction": certified,
+        "retrieval_auc_mean": 0.5 + gain,
+        "test_loss_mean": 1.0 - gain,
+        **extra,
+    }
+
+
+def _summary(*rows: dict) -> pl.DataFrame:
+    return pl.from_dicts(list(rows))
+
+
+def test_the_two_rows_of_a_group() -> None:
+    summary = _summary(
+        _point(4, 1.0, 1.0, 0.01, 1.0, 0.5),  # certified (1/4), not learned
+        _point(4, 2.0, 0.5, 0.20, 3.0, 1.0),  # learned, certified (3/4)
+        _point(16, 2.0, 0.5, 0.30, 3.5, 1.0, certified=0.5),  # learned, sampling not certified
+        _point(4, 4.0, 0.1, 0.50, 9.0, 1.0),  # learned, bound above the range
+    )
+    table = frontier.frontier(summary)
+    assert table.columns == list(frontier.SCHEMA)
+    assert table.height == 2
+    gain = table.filter(pl.col("kind") == "largest_certified_gain").row(0, named=True)
+    assert (gain["m"], gain["R"], gain["temperature"]) == (4, 2.0, 0.5)
+    assert gain["learning_gain"] == 0.20 and gain["bound_rel"] == pytest.approx(0.75)
+    assert gain["learned"] and gain["certified"]
+    assert (gain["candidates"], gain["points"]) == (2, 4)
+    bound = table.filter(pl.col("kind") == "smallest_learned_bound").row(0, named=True)
+    assert (bound["m"], bound["R"], bound["temperature"]) == (4, 2.0, 0.5)
+    assert bound["candidates"] == 3  # every seed learned in three points
+    assert bound["best_bound"] == 3.0 and bound["loss_range"] == 4.0
+
+
+def test_a_group_where_nothing_qualifies_keeps_its_rows_with_nulls() -> None:
+    summary = _summary(
+        _point(4, 1.0, 1.0, 0.001, 0.5, 0.0),  # certified, never learned
+        _point(4, 4.0, 0.1, 0.4, 20.0, 1.0, n=50),  # learned, vacuous
+    )
+    table = frontier.frontier(summary).sort(["n", "kind"])
+    assert table.select(["n", "kind", "candidates"]).rows() == [
+        (50, "largest_certified_gain", 0),
+        (50, "smallest_learned_bound", 1),
+        (800, "largest_certified_gain", 1),
+        (800, "smallest_learned_bound", 0),
+    ]
+    empty = table.filter(pl.col("candidates") == 0)
+    assert empty["m"].null_count() == 2 and empty["learning_gain"].null_count() == 2
+    best = table.filter((pl.col("n") == 800) & (pl.col("candidates") == 1)).row(0, named=True)
+    assert best["learned"] is False and best["learning_gain"] == 0.001
+
+
+def test_dense_points_use_the_dense_bound_and_their_axes() -> None:
+    dense = _point(4, 1.0, 0.5, 0.2, None, 1.0, certified=None, loss="dense_info_nce")
+    dense.update(
+        family="dense",
+        dataset="shapes",
+        best_dense_bound_mean=2.0,
+        negatives="ext",
+        correspondence="geometric",
+        lam=1.0,
+        normalise=None,
+    )
+    table = frontier.frontier(_summary(dense))
+    row = table.filter(pl.col("kind") == "largest_certified_gain").row(0, named=True)
+    assert row["certified"] and row["bound_rel"] == 0.5
+    assert (row["negatives"], row["correspondence"], row["lam"]) == ("ext", "geometric", 1.0)
+
+
+def test_without_signal_columns_the_frontier_is_empty() -> None:
+    table = frontier.frontier(_summary({**PROV, "regime": "scrl", "n": 5}))
+    assert table.height == 0 and table.columns == list(frontier.SCHEMA)
