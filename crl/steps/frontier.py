@@ -13,7 +13,10 @@ seeds averaged) is
 For every (family, dataset, regime, loss, n) the frontier has two rows:
 
 - `largest_certified_gain`: among certified points, the one whose head gained most over f = 0
-  (`learning_gain_mean`), learned or not (the `learned` column says);
+  (`learning_gain`, in the loss's units: nats for InfoNCE and logistic-type losses, score units
+  for LSE), learned or not (the `learned` column says). Not `learning_gain_rel`: the range
+  grows like e^{2R^2/T} for InfoNCE, so the gain relative to it favours the smallest R however
+  little the head learns;
 - `smallest_learned_bound`: among learned points, the one with the smallest `bound_rel`,
   certified or not.
 

@@ -56,34 +56,46 @@ def setting_note(setting: dict) -> str:
     )
 
 
+Y_TOP = 1e3  # bounds above this many loss ranges are drawn on the top edge (as triangles)
+
+
 def plot(points: pl.DataFrame, path: Path, save: Save) -> None:
     """Per family: learning_gain_rel against best certified bound / loss range, one marker per
-    grid point (filled: learned in every seed), the vacuity line at 1 and the learned-and-
-    certified corner (gain above 0, bound below the range) shaded."""
+    grid point (filled: learned in every seed; hollow: not), the vacuity line at 1 and the
+    learned-and-certified corner (gain above 0, bound below the range) shaded. Bounds beyond
+    Y_TOP ranges sit on the top edge as triangles."""
     families = points["family"].unique(maintain_order=True).to_list()
     fig, axes = panels(len(families))
     for ax, family in zip(axes, families, strict=False):
         sub = points.filter(pl.col("family") == family)
-        for (regime, loss), line in sub.group_by(["regime", "loss"], maintain_order=True):
-            shown = line.filter(pl.col("bound_rel").is_not_null() & (pl.col("bound_rel") > 0))
-            for learned, marker_face in ((True, None), (False, "none")):
-                part = shown.filter(pl.col("learned") == learned)
-                if part.is_empty():
-                    continue
-                ax.scatter(
-                    part["learning_gain_rel"].to_list(),
-                    part["bound_rel"].to_list(),
-                    s=16,
-                    label=f"{regime}/{loss}" + ("" if learned else " (not learned)"),
-                    facecolors=marker_face,
-                    edgecolors=None if learned else "grey",
-                )
+        shown = sub.filter(pl.col("bound_rel").is_not_null() & (pl.col("bound_rel") > 0))
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        groups = shown.group_by(["regime", "loss"], maintain_order=True)
+        for i, ((regime, loss), line) in enumerate(groups):
+            colour = colours[i % len(colours)]
+            for learned in (True, False):
+                for clipped in (False, True):
+                    part = line.filter(
+                        (pl.col("learned") == learned) & ((pl.col("bound_rel") > Y_TOP) == clipped)
+                    )
+                    if part.is_empty():
+                        continue
+                    y = [Y_TOP] * part.height if clipped else part["bound_rel"].to_list()
+                    first = not clipped and learned
+                    ax.scatter(
+                        part["learning_gain_rel"].to_list(),
+                        y,
+                        s=18,
+                        marker="^" if clipped else "o",
+                        facecolors=colour if learned else "none",
+                        edgecolors=colour,
+                        label=f"{regime}/{loss}" if first else None,
+                    )
         ax.set_yscale("log")
         x_lo, x_hi = ax.get_xlim()
-        y_lo, y_hi = ax.get_ylim()
         ax.fill_between(
             [0, max(x_hi, 1e-3)],
-            min(y_lo, 1e-2),
+            1e-3,
             1,
             color="tab:green",
             alpha=0.12,
@@ -92,9 +104,10 @@ def plot(points: pl.DataFrame, path: Path, save: Save) -> None:
         ax.axhline(1, color="black", lw=0.8, ls="--", label="bound = loss range")
         ax.axvline(0, color="grey", lw=0.5)
         ax.set_xlim(x_lo, x_hi)
-        ax.set_ylim(min(y_lo, 0.5), max(y_hi, 2))
+        y_lo = shown["bound_rel"].min() if shown.height else 0.1
+        ax.set_ylim(min(0.5 * (y_lo or 0.1), 0.5), Y_TOP * 2)
         ax.set(
-            xlabel="learning gain / loss range",
+            xlabel="learning gain / loss range (hollow: not learned)",
             ylabel="best certified bound / loss range",
             title=f"{family}: learning against certification",
         )

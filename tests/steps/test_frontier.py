@@ -99,3 +99,13 @@ def test_dense_points_use_the_dense_bound_and_their_axes() -> None:
 def test_without_signal_columns_the_frontier_is_empty() -> None:
     table = frontier.frontier(_summary({**PROV, "regime": "scrl", "n": 5}))
     assert table.height == 0 and table.columns == list(frontier.SCHEMA)
+
+
+def test_gains_compare_in_the_losss_units_not_relative_to_the_range() -> None:
+    wide = _point(4, 4.0, 1.0, 0.8, 10.0, 1.0)  # gains more, over a range 16x wider
+    wide.update(loss_range=64.0, learning_gain_rel_mean=0.8 / 64.0)
+    narrow = _point(4, 1.0, 1.0, 0.1, 1.0, 1.0)  # learning_gain_rel 0.025
+    table = frontier.frontier(_summary(wide, narrow))
+    best = table.filter(pl.col("kind") == "largest_certified_gain").row(0, named=True)
+    assert best["R"] == 4.0 and best["learning_gain"] == 0.8
+    assert best["learning_gain_rel"] == pytest.approx(0.0125)

@@ -348,6 +348,27 @@ def test_dense_keys_cover_the_grid_once() -> None:
     ids = {k.cell_id(cfg.hash()) for k in keys}
     assert len(ids) == len(keys)
     assert {k.loss for k in keys} == {"dense_info_nce", "densecl_lambda_0.5"}
+    # without R and temperature axes the ids are those of the keys without them
+    assert all(k.R is None and k.temperature is None for k in keys)
+    axes = dense_config(grid={"R": [0.5, 2.0], "temperature": [0.2, 1.0]})
+    wide = dense_keys(axes)
+    assert len(wide) == 4 * len(keys)
+    assert {(k.R, k.temperature) for k in wide} == {(r, t) for r in (0.5, 2.0) for t in (0.2, 1.0)}
+    assert len({k.cell_id(axes.hash()) for k in wide}) == len(wide)
+    assert axes.hash() != cfg.hash()
+
+
+def test_a_dense_cell_runs_at_its_keys_r_and_temperature(run) -> None:
+    cfg, _, features = run
+    key = DenseKey("scrl", "ext", "geometric", 1.0, 3, 8, 0, R=2.0, temperature=0.25)
+    row = run_dense_cell(cfg, key, key.cell_id(cfg.hash()), features)
+    assert (row["R"], row["temperature"]) == (2.0, 0.25)
+    d, p = cfg.dense.head.d, features.p
+    W = torch.tensor(row["head"], dtype=torch.float64).reshape(d, p)
+    assert float(W.norm()) <= 2.0 + 1e-9
+    batch, _, _ = draw_train(cfg, key, key.cell_id(cfg.hash()), features)
+    dense = naive_dense_loss(W, batch.phi1, batch.phi2, batch.match, batch.neg, "ext", 0.25)
+    assert math.isclose(row["train_loss"], dense, rel_tol=1e-10)
 
 
 # --- the backbone and its features --------------------------------------------------------------
