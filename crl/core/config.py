@@ -196,6 +196,7 @@ class Config(_Run):
         *(f"grid.{axis}" for axis in GRID_AXES),
         "dense.grid.R",
         "dense.grid.temperature",
+        "dataset.clip",
     )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)

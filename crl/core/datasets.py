@@ -62,6 +62,9 @@ class PairedGaussianData(_Strict):
     correlations: list[Annotated[float, Field(gt=0, lt=1)]] = [0.9, 0.7, 0.5, 0.3]
     rotate: bool = True
     eval_triples: int = Field(300_000, ge=100)
+    # radially clip x, y and every y' to the ball of this radius, then scale into the unit ball
+    # (crl.kernels.latent.clipped): a bounded law whose cells carry certified bounds
+    clip: float | None = Field(None, gt=0)
 
     @field_validator("correlations")
     @classmethod

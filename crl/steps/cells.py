@@ -1,6 +1,7 @@
 """The step of the cells stage and the one place that picks a cell's family: a dense key goes to
-the dense cell, a grid key to the paired cell of the job's paired source (model or split), else
-to the unimodal cell. A new family adds its key or source here and a folder beside the others."""
+the dense cell, a grid key to the paired cell of the job's paired source (the Gaussian, clipped
+or not, or user pairs), else to the unimodal cell. A new family adds its key or source here
+and a folder beside the others."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from crl.steps.dense.features import DenseFeatures, load_dense_features
 from crl.steps.features import Features, load_features, tau_of
 from crl.steps.keys import CellKey, cell_config, grid_keys
 from crl.steps.paired import model_cell, split_cell
+from crl.steps.paired.clipped_cell import run_clipped_cell
 from crl.steps.runfolder import RunPaths
 from crl.steps.unimodal import cell as unimodal_cell
 
@@ -71,7 +73,9 @@ def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
         row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
         row["dataset"] = job.config.dense.images.kind
     elif isinstance(job.paired, model_cell.PairedSource):
-        row = model_cell.run_paired_cell(cell_config(job.config, key), key, cell_id, job.paired)
+        config = cell_config(job.config, key)
+        run = model_cell.run_paired_cell if job.paired.clipped is None else run_clipped_cell
+        row = run(config, key, cell_id, job.paired)
     elif isinstance(job.paired, split_cell.PairedSplits):
         config = cell_config(job.config, key)
         row = split_cell.run_paired_split_cell(config, key, cell_id, job.paired)

@@ -196,17 +196,22 @@ def excess_auc(
     M: torch.Tensor,
     B: torch.Tensor,
     temperature: float,
+    reference: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> ExcessAuc:
     """Li et al.'s retrieval criterion E(s) = P[s(x, y) > s(x, y')] + 1/2 P[tie] for
-    s = pair_scores(M, B) and for the Bayes score (model.bayes_parameters(temperature)),
-    one y' per anchor; excess_se = std(per-triple differences) / sqrt(K), Bessel-corrected.
+    s = pair_scores(M, B) and for the Bayes score (model.bayes_parameters(temperature)), or for
+    the score `reference` = (M_ref, B_ref) when given, one y' per anchor; excess_se = std(per-
+    triple differences) / sqrt(K), Bessel-corrected.
 
     Shape: M (p, p), B (p, p); triples with K >= 2 rows of width p.
     """
     k, p = triples.x.shape
     _validate.shape("triples.x", triples.x, f"(K, {model.p}) with K >= 2", k >= 2 and p == model.p)
     m, b = _square("M", M, p), _square("B", B, p)
-    m_star, b_star = model.bayes_parameters(temperature)
+    if reference is None:
+        m_star, b_star = model.bayes_parameters(temperature)
+    else:
+        m_star, b_star = _square("M_ref", reference[0], p), _square("B_ref", reference[1], p)
     hits, hits_star = [], []
     for lo in range(0, k, _CHUNK):
         x, y, y_neg = (t[lo : lo + _CHUNK] for t in (triples.x, triples.y, triples.y_neg))

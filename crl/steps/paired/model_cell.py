@@ -28,6 +28,7 @@ import torch
 from crl.core.config import Config
 from crl.kernels import bounds, score_model, stats
 from crl.kernels.latent.canonical import CanonicalGaussian, Triples, excess_auc, sample_triples
+from crl.kernels.latent.clipped import clip_triples, scaled_reference
 from crl.kernels.seeding import generator
 from crl.kernels.solver import Solution, SolverSpec
 from crl.steps.keys import CellKey
@@ -38,10 +39,12 @@ BOUNDS_NOTE = "not certified: Gaussian features are unbounded (BOUNDS.md A1 fail
 
 @dataclass(frozen=True)
 class PairedSource:
-    """What every paired cell of a run shares: the model and the evaluation triples."""
+    """What every paired cell of a run shares: the model and the evaluation triples, and with
+    `dataset.clip` the same triples clipped into the unit ball (crl.kernels.latent.clipped)."""
 
     model: CanonicalGaussian
     triples: Triples
+    clipped: Triples | None = None
 
 
 def source(config: Config) -> PairedSource:
@@ -52,14 +55,19 @@ def source(config: Config) -> PairedSource:
         ds.correlations, ds.rotate, generator(config.seed, "paired-model")
     )
     gen = generator(config.seed, "paired-eval-triples")
-    return PairedSource(model, sample_triples(model, ds.eval_triples, gen))
+    triples = sample_triples(model, ds.eval_triples, gen)
+    clipped = None if ds.clip is None else clip_triples(triples, ds.clip)
+    return PairedSource(model, triples, clipped)
 
 
 def radius(config: Config, model: CanonicalGaussian) -> float:
-    """model.R, or R_times_bayes times ||theta*||_F at the run's temperature."""
+    """model.R, or R_times_bayes times ||theta*||_F at the run's temperature (in the clipped
+    law's units, r^2 ||theta*||_F, with `dataset.clip` = r)."""
     if config.model.R_times_bayes is None:
         return config.model.R
     M, B = model.bayes_parameters(config.eval.temperature)
+    if config.dataset.clip is not None:
+        M, B = scaled_reference((M, B), config.dataset.clip)
     return config.model.R_times_bayes * score_model.QuadraticScore(M, B).norm
 
 

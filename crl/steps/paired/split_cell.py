@@ -111,14 +111,27 @@ def _held_out(
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The held-out columns, and the per-anchor LSE terms (a,) of the score and of s = 0 on the
     same anchors and pool."""
-    ev, T = config.eval, config.eval.temperature
+    ev = config.eval
     rows = splits.x_test.shape[0]
     order = torch.randperm(rows, generator=gen)
     anchors = order[: min(ev.test_anchors, rows)]
     pool = order[torch.randperm(rows, generator=gen)[: min(ev.negative_pool, rows)]]
     x, y = splits.x_test[anchors], splits.y_test[anchors]
+    return against_pool(score, x, y, splits.y_test[pool], ev.temperature, shared_negatives)
+
+
+def against_pool(
+    score: score_model.QuadraticScore,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    pool_y: torch.Tensor,
+    T: float,
+    shared_negatives: torch.Tensor | None,
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Held-out anchors (x, y) against one pool of negatives: the held-out columns, and the
+    per-anchor LSE terms (a,) of the score and of s = 0. Shape: x (a, px), y (a, py), pool_y
+    (K, py); shared_negatives (m, py) (sscrl: test_loss_shared) or None."""
     pos = score(x, y)  # (a,)
-    pool_y = splits.y_test[pool]  # (K, py)
     terms = losses.lse_risk(pos, score(x[:, None, :], pool_y[None]), T, reduction="none")
     zero = score_model.QuadraticScore(torch.zeros_like(score.M), torch.zeros_like(score.B))
     trivial = losses.lse_risk(zero(x, y), zero(x[:, None, :], pool_y[None]), T, reduction="none")
@@ -153,8 +166,44 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
     pos = score(x, splits.y_test[splits.triple_rows])
     neg = score(x, splits.y_test[splits.triple_negatives])
     auc = float(metrics.retrieval_auc(pos, neg[:, None]))
+    return {
+        **model_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
+        "train_loss": train_loss,
+        **held,
+        "test_loss_exact": False,
+        "retrieval_auc": auc,
+        "auc_error": 1.0 - auc,
+        "eval_triples": int(len(splits.triple_rows)),
+        "sampling": sampling,
+        "certified": sampling == DISTINCT,
+        **bound_columns(sample, key, R, T, delta, train_loss, held),
+        **signal_columns(trivial, terms, gap, held["test_loss_ci"], paired_range(key.m, R, T)),
+        **model_cell.fit_columns(score, solution, R),
+        "wall_seconds": time.perf_counter() - started,
+        "device": "cpu",
+    }
 
-    bounds_started = time.perf_counter()
+
+def paired_range(m: int, R: float, T: float) -> float:
+    """The LSE loss's range for the paired class at radius R (Table 1 at score radius S)."""
+    return certified_paired.paired_constants("lse", m, R, T).B
+
+
+def bound_columns(
+    sample: score_model.PairedSample,
+    key: CellKey,
+    R: float,
+    T: float,
+    delta: float,
+    train_loss: float,
+    held: dict,
+) -> dict:
+    """The gaps and the certified bound columns of a paired cell whose x, y and negatives lie
+    in the unit ball: gamma_lin (sscrl: on the outer gap, at delta / 2) and, in scrl, the LSE
+    inner bound on L(s) - L_m(s); `held` has test_loss and test_loss_shared (sscrl)."""
+    started = time.perf_counter()
+    shared = key.regime == "sscrl"
+    gap = held["test_loss"] - train_loss
     level = delta / 2 if shared else delta
     constants = certified_paired.paired_constants("lse", key.m, R, T)
     energy = certified_paired.difference_energy(sample.x, sample.y, sample.negatives)
@@ -163,18 +212,9 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
     target = held["test_loss_shared"] - train_loss if shared else gap
     best = gamma.value + (inner or 0.0)
     return {
-        **model_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
-        "train_loss": train_loss,
-        **held,
-        "test_loss_exact": False,
         "gap": gap,
         "gap_outer": target if shared else None,
         "gap_inner": held["test_loss"] - held["test_loss_shared"] if shared else None,
-        "retrieval_auc": auc,
-        "auc_error": 1.0 - auc,
-        "eval_triples": int(len(splits.triple_rows)),
-        "sampling": sampling,
-        "certified": sampling == DISTINCT,
         "score_bound": certified_paired.score_bound(R),
         "loss_range": constants.B,
         "loss_omega": constants.omega,
@@ -188,9 +228,5 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         "lse_inner_bound": inner,
         "best_bound": best,
         "bound_over_gap": best / abs(target) if target else None,
-        "bounds_seconds": time.perf_counter() - bounds_started,
-        **signal_columns(trivial, terms, gap, held["test_loss_ci"], constants.B),
-        **model_cell.fit_columns(score, solution, R),
-        "wall_seconds": time.perf_counter() - started,
-        "device": "cpu",
+        "bounds_seconds": time.perf_counter() - started,
     }
