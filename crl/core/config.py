@@ -177,6 +177,9 @@ class EvalConfig(_Strict):
     probe_points: int = Field(4000, ge=2)
     rademacher_draws: int = Field(64, ge=2)
     pool_bootstrap: int = Field(200, ge=0)
+    # synthetic data: fit one head per (loss, m, setting) on this many fresh anchors, whose
+    # held-out loss stands for the best head's in the ball (`oracle_loss`); None: none
+    oracle_anchors: int | None = Field(None, ge=2)
     m_star: MStarConfig = MStarConfig()
 
 
@@ -197,6 +200,7 @@ class Config(_Run):
         "dense.grid.R",
         "dense.grid.temperature",
         "dataset.clip",
+        "eval.oracle_anchors",
     )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
@@ -235,6 +239,16 @@ class Config(_Run):
             raise ValueError("grid.normalise: paired data is used as given (no normalisation)")
         if self.model.R_times_bayes is not None and self.grid.R is not None:
             raise ValueError("grid.R: give either grid.R or model.R_times_bayes, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _oracle_needs_the_law(self) -> Config:
+        if self.eval.oracle_anchors is not None and not isinstance(self.dataset, SyntheticData):
+            kind = None if self.dataset is None else self.dataset.kind
+            raise ValueError(
+                f"eval.oracle_anchors: needs fresh draws from a known law (dataset.kind "
+                f"synthetic), not {kind}"
+            )
         return self
 
     @model_validator(mode="after")

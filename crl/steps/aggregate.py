@@ -26,7 +26,7 @@ def write_grid_tables(
 ) -> dict[str, pl.DataFrame]:
     """Build and atomically write cells, summary, fits and frontier from the cell files;
     returns them."""
-    cells = tables.collect_cells(cell_files, provenance)
+    cells, oracle = tables.split_oracle(tables.collect_cells(cell_files, provenance))
     summary = tables.summarise(cells)
     fitted = tables.fits(summary, cells, m_star)
     out = {
@@ -35,6 +35,8 @@ def write_grid_tables(
         "fits": fitted,
         "frontier": frontier.frontier(summary),
     }
+    if oracle is not None:
+        out["oracle"] = oracle
     for name, frame in out.items():
         write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)
     return out

@@ -24,11 +24,13 @@ class CellKey:
     R: float | None = None
     temperature: float | None = None
     normalise: str | None = None
+    oracle: bool = False  # the oracle head of its (loss, m, setting): see `oracle_keys`
 
     def cell_id(self, config_hash: str) -> str:
         axes = [(axis, value) for axis in GRID_AXES if (value := getattr(self, axis)) is not None]
+        role = [("oracle", True)] if self.oracle else []
         return short_hash(
-            config_hash, self.regime, self.loss, self.m, self.n, self.seed, *axes
+            config_hash, self.regime, self.loss, self.m, self.n, self.seed, *axes, *role
         )
 
     def normalisation(self) -> str:
@@ -49,10 +51,41 @@ def cell_config(config: Config, key: CellKey) -> Config:
 
 
 def grid_keys(config: Config) -> list[CellKey]:
-    """Every cell of the config's grid, in grid order (none without a grid)."""
+    """Every cell of the config's grid, in grid order, then its oracle cells (none without a
+    grid)."""
     g = config.grid
     if g is None:
         return []
+    return [*_grid_cells(g), *oracle_keys(config)]
+
+
+def oracle_keys(config: Config) -> list[CellKey]:
+    """With `eval.oracle_anchors` = N: the cells whose heads stand for the best head in the
+    ball, fitted on N fresh anchors (seed 0), for the `oracle_loss` of the grid's cells.
+
+    The target is what the cells' test loss estimates. Hinge, logistic and InfoNCE: L_m(f), the
+    same for every regime, so one oracle per (loss, m, setting) with m own negatives per anchor
+    (scrl sampling). LSE: Li et al.'s L(f), which does not depend on m, so one oracle per
+    setting fitted against one shared pool of `eval.negative_pool` negatives (sscrl sampling
+    with m = the pool: the empirical L(f) of the held-out estimate), not against m negatives,
+    whose minimiser is L_m's.
+    """
+    g, anchors = config.grid, config.eval.oracle_anchors
+    if g is None or anchors is None:
+        return []
+    losses = list(dict.fromkeys(loss for _, loss in objectives(g)))
+    pool = config.eval.negative_pool
+    return [
+        CellKey(regime, loss, m, anchors, 0, R, temperature, normalise, oracle=True)
+        for loss in losses
+        for R in g.R or [None]
+        for temperature in g.temperature or [None]
+        for normalise in g.normalise or [None]
+        for regime, m in ([("sscrl", pool)] if loss == "lse" else [("scrl", m) for m in g.m])
+    ]
+
+
+def _grid_cells(g: GridConfig) -> list[CellKey]:
     return [
         CellKey(regime, loss, m, n, seed, R, temperature, normalise)
         for regime, loss in objectives(g)

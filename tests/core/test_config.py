@@ -194,3 +194,11 @@ def test_lenient_settings_of_the_probe_are_refused(override: str, words: str) ->
     with pytest.raises(config.ConfigError, match=re.escape(words)):
         config.load(REPO / "conf" / "quickstart.yaml", [override])
     config.load(REPO / "conf" / "quickstart.yaml", ["eval.m_star.metrics=[probe_error]"])
+
+
+def test_oracle_anchors_need_a_known_law() -> None:
+    assert config.load(QUICKSTART, ["eval.oracle_anchors=1000"]).eval.oracle_anchors == 1000
+    with pytest.raises(config.ConfigError, match="eval.oracle_anchors: .*synthetic"):
+        config.load(LI2026, ["eval.oracle_anchors=1000"])
+    with pytest.raises(config.ConfigError, match="eval.oracle_anchors"):
+        config.load(QUICKSTART, ["eval.oracle_anchors=1"])

@@ -210,6 +210,8 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     if row["bound_transfer"] is not None:
         row["transfer_holds"] = bool(row["mean_classifier_risk"] <= row["bound_transfer"])
     row["tau"] = tau
+    if key.oracle:
+        row["role"] = "oracle"
     row["wall_seconds"] = time.perf_counter() - started
     row["device"] = str(weight.device)
     return row

@@ -14,7 +14,7 @@ import torch
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
 from crl.kernels.seeding import short_hash
-from crl.steps import cells
+from crl.steps import cells, tables
 from crl.steps.features import (
     Features,
     Normalizer,
@@ -23,7 +23,7 @@ from crl.steps.features import (
     on_unit_sphere,
     tau_of,
 )
-from crl.steps.keys import CellKey, grid_keys
+from crl.steps.keys import CellKey, grid_keys, oracle_keys
 from crl.steps.unimodal import cell, sampling
 from tests.conftest import REPO
 from tests.steps.helpers import config, materialise
@@ -98,7 +98,8 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
     documented = _documented_cell_columns()
     assert documented[:4] == list(PROVENANCE_COLUMNS)
     # provenance is added by the aggregate stage, `dataset` and `cell_git_commit` by run_and_write
-    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - {"dataset", "cell_git_commit"}
+    by_aggregate = {"dataset", "cell_git_commit", "oracle_loss", "oracle_loss_ci", "excess_risk"}
+    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - by_aggregate
     assert len(documented) == len(set(documented))
 
 
@@ -409,3 +410,62 @@ def test_unit_normalisation_puts_every_row_on_the_sphere(run: tuple[Features, fl
     assert float(projected.norm(dim=1).max()) <= 1.0
     assert torch.allclose(projected, torch.from_numpy(unit.normalizer.array(fresh.numpy())))
     assert float(unit.normalizer(torch.from_numpy(features.normalizer.mean)[None]).norm()) == 0.0
+
+
+def test_oracle_keys_one_per_loss_m_and_setting_lse_against_the_pool() -> None:
+    cfg = config(
+        grid={"regimes": ["scrl", "sscrl"], "losses": ["hinge", "lse"], "R": [1.0, 2.0]},
+        eval={"oracle_anchors": 500, "negative_pool": 16},
+    )
+    oracles = [k for k in grid_keys(cfg) if k.oracle]
+    assert (
+        oracle_keys(cfg) == oracles and len(grid_keys(cfg)) == len(oracles) + 2 * 2 * 2 * 2 * 2 * 2
+    )
+    hinge = [k for k in oracles if k.loss == "hinge"]
+    assert {(k.regime, k.m, k.R) for k in hinge} == {("scrl", m, R) for m in (1, 3) for R in (1, 2)}
+    lse = [k for k in oracles if k.loss == "lse"]
+    assert {(k.regime, k.m, k.R) for k in lse} == {("sscrl", 16, 1.0), ("sscrl", 16, 2.0)}
+    assert all(k.n == 500 and k.seed == 0 for k in oracles)
+    ids = {k.cell_id(cfg.hash()) for k in grid_keys(cfg)}
+    assert len(ids) == len(grid_keys(cfg))
+    assert not oracle_keys(config())  # off by default
+
+
+def test_an_oracle_cell_is_marked_and_its_loss_joins_the_grids_cells(
+    run: tuple[Features, float],
+) -> None:
+    features, tau = run
+    cfg = config(eval={"oracle_anchors": 200})
+    oracle = cell.run_cell(cfg, CellKey("scrl", "hinge", 3, 200, 0, oracle=True), features, tau)
+    assert oracle["role"] == "oracle" and oracle["n"] == 200
+    plain = cell.run_cell(cfg, CellKey("scrl", "hinge", 3, 20, 0), features, tau)
+    assert "role" not in plain
+    other = cell.run_cell(cfg, CellKey("scrl", "hinge", 1, 20, 0), features, tau)
+    frame = pl.from_dicts([plain, other, {**oracle}], infer_schema_length=None)
+    cells_only, oracles = tables.split_oracle(frame)
+    assert oracles.height == 1 and "role" not in cells_only.columns
+    joined = cells_only.sort("m").rows(named=True)
+    assert joined[0]["oracle_loss"] is None  # m = 1 has no oracle here
+    assert joined[1]["oracle_loss"] == oracle["test_loss"]
+    assert joined[1]["excess_risk"] == pytest.approx(plain["test_loss"] - oracle["test_loss"])
+
+
+def test_an_lse_oracle_serves_every_m() -> None:
+    base = {"dataset": "synthetic", "R": 1.0, "temperature": 0.5, "normalise": "scale"}
+    frame = pl.from_dicts(
+        [
+            {**base, "loss": "lse", "m": 4, "test_loss": 0.3, "test_loss_ci": 0.1, "role": None},
+            {**base, "loss": "lse", "m": 16, "test_loss": 0.2, "test_loss_ci": 0.1, "role": None},
+            {
+                **base,
+                "loss": "lse",
+                "m": 64,
+                "test_loss": 0.1,
+                "test_loss_ci": 0.02,
+                "role": "oracle",
+            },
+        ]
+    )
+    cells_only, _ = tables.split_oracle(frame)
+    assert cells_only["oracle_loss"].to_list() == [0.1, 0.1]
+    assert cells_only["excess_risk"].to_list() == pytest.approx([0.2, 0.1])
