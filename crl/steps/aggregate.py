@@ -1,5 +1,6 @@
-"""The aggregate step: every finished cell into tables/cells, summary and fits (crl.steps.tables
-derives them), each written atomically, and skipped when nothing they derive from changed."""
+"""The aggregate step: every finished cell into tables/cells, summary, fits (crl.steps.tables),
+frontier (crl.steps.frontier), tracking (crl.steps.tracking) and, with oracle cells, oracle; each
+written atomically, and skipped when nothing they derive from changed."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 import polars as pl
 
 from crl.kernels import rates, saturation, stats
-from crl.steps import digest, frontier, tables
+from crl.kernels import tracking as ranks
+from crl.steps import digest, frontier, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
 
-GRID_TABLES = ("cells", "summary", "fits", "frontier")
+GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
 BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
 
 
@@ -24,8 +26,7 @@ def write_grid_tables(
     provenance: dict[str, str],
     m_star: tables.MStarSpec,
 ) -> dict[str, pl.DataFrame]:
-    """Build and atomically write cells, summary, fits and frontier from the cell files;
-    returns them."""
+    """Build and atomically write the grid's tables from the cell files; returns them."""
     cells, oracle = tables.split_oracle(tables.collect_cells(cell_files, provenance))
     summary = tables.summarise(cells)
     fitted = tables.fits(summary, cells, m_star)
@@ -34,6 +35,7 @@ def write_grid_tables(
         "summary": summary,
         "fits": fitted,
         "frontier": frontier.frontier(summary),
+        "tracking": tracking.tracking(cells, m_star.seed),
     }
     if oracle is not None:
         out["oracle"] = oracle
@@ -53,7 +55,9 @@ def write_grid_tables_if_changed(
     the code of the table modules and of the kernels they call are those the tables were last built
     from: a rerun whose cells were all done (about 2 s for the quickstart's 244 cells). Returns
     the cells table and whether the tables were rebuilt."""
-    code = digest.sources(sys.modules[__name__], tables, frontier, rates, saturation, stats)
+    code = digest.sources(
+        sys.modules[__name__], tables, frontier, tracking, rates, saturation, stats, ranks
+    )
     value = digest.digest(cell_files, json.dumps(provenance, sort_keys=True), repr(m_star), code)
     stamp = tables_dir / BUILT_FROM
     outputs = [tables_dir / f"{name}.parquet" for name in GRID_TABLES]

@@ -14,7 +14,7 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from crl.steps import digest, figures, frontier_panel  # noqa: E402
+from crl.steps import digest, figures, frontier_panel, tracking_panel  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
@@ -243,7 +243,9 @@ BUILT_FROM = ".built-from"  # in report/: the digest of the tables and code of t
 
 
 def _report_digest(tables: Path) -> str:
-    code = digest.sources(sys.modules[__name__], figures, frontier_panel, report_dense, saturation)
+    code = digest.sources(
+        sys.modules[__name__], figures, frontier_panel, tracking_panel, report_dense, saturation
+    )
     return digest.digest(tables.glob("*.parquet"), code)
 
 
@@ -278,6 +280,15 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
         sections.append(
             frontier_panel.section(
                 summary, frontier_table, out, lambda f, p: _save(f, p, staging), html_table
+            )
+        )
+    if (tables / "tracking.parquet").is_file():
+        sections.append(
+            tracking_panel.section(
+                pl.read_parquet(tables / "tracking.parquet"),
+                out,
+                lambda f, p: _save(f, p, staging),
+                html_table,
             )
         )
     family = (

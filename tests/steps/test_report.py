@@ -38,6 +38,7 @@ def test_build_writes_the_page_and_every_plot(grid_tables: Path) -> None:
     page = report.build(grid_tables / "tables", out, grid_tables / ".staging")
     assert page == out / "index.html"
     pngs = ["downstream_vs_m.png", "gap_vs_m.png", "gap_vs_n.png", "m_star.png", "tightness.png"]
+    pngs.append("tracking.png")  # the tables' certificates ranked by psi
     assert sorted(p.name for p in out.iterdir()) == sorted([*pngs, "index.html"])
     for name in pngs:
         _assert_png(out / name)
@@ -50,8 +51,11 @@ def test_build_writes_the_page_and_every_plot(grid_tables: Path) -> None:
         assert f'<img src="{name}">' in html
     assert "<h2>Gap against the certified bounds (means over seeds)</h2>" in html
     assert "<h2>Slopes in m and n of the gap and of each bound; rate-shape fits</h2>" in html
-    # 10 summary rows; 5 slopes, 4 rate, power and exponent fits
-    assert html.count("<tr><td>") == 10 + 11
+    # 10 summary rows; 5 slopes, 4 rate, power and exponent fits; the tracking table's tau rows
+    ranked = pl.read_parquet(grid_tables / "tables" / "tracking.parquet")
+    ranked = ranked.filter(pl.col("statistic").is_in(["kendall_tau", "psi"])).height
+    assert ranked > 0 and "<h2>Does the certificate track the gap?" in html
+    assert html.count("<tr><td>") == 10 + 11 + ranked
     assert "saunshi_k" in html and "m_star_exponent" in html
     assert list((grid_tables / ".staging").iterdir()) == []
 

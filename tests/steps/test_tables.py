@@ -250,6 +250,7 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
         "fits.parquet",
         "frontier.parquet",
         "summary.parquet",
+        "tracking.parquet",
     ]
     assert list((tmp_path / ".staging").iterdir()) == []
     for name, frame in out.items():

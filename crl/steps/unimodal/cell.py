@@ -203,6 +203,12 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         torch.zeros_like(weight), test_views, test_sample, key.loss, ev.temperature
     )
     row.update(signal_columns(trivial_terms, test_terms, gap, test_ci, row.get("loss_range")))
+    fresh = isinstance(source, sampling.ModelPopulation)
+    row.update(
+        certify.test_set_columns(
+            test_terms, key.loss, fresh, row["loss_min"], row["loss_range"], ev.delta
+        )
+    )
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)

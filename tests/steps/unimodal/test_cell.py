@@ -13,6 +13,7 @@ import torch
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
+from crl.kernels.certificates import kl_bernoulli
 from crl.kernels.seeding import short_hash
 from crl.steps import cells, tables
 from crl.steps.features import (
@@ -469,3 +470,22 @@ def test_an_lse_oracle_serves_every_m() -> None:
     cells_only, _ = tables.split_oracle(frame)
     assert cells_only["oracle_loss"].to_list() == [0.1, 0.1]
     assert cells_only["excess_risk"].to_list() == pytest.approx([0.2, 0.1])
+
+
+@pytest.mark.parametrize("loss", ["hinge", "info_nce", "lse"])
+def test_the_test_set_certificate_from_the_rows_own_columns(
+    run: tuple[Features, float], loss: str
+) -> None:
+    features, tau = run
+    row = cell.run_cell(config(), CellKey("scrl", loss, 3, 20, 0), features, tau)
+    if loss == "lse":
+        assert row["cert_test_set"] is None and "shared pool" in row["cert_test_set_reason"]
+        return
+    low, width, n = row["loss_min"], row["loss_range"], row["test_anchors"]
+    q = (row["test_loss"] - low) / width
+    c = math.log(1 / row["delta"]) / n
+    p = row["cert_test_set"]
+    assert row["cert_test_set_n"] == n and row["cert_test_set_reason"] is None
+    assert row["test_loss"] < p < low + width
+    # kl(q || (p - low) / width) = c at the upper end
+    assert kl_bernoulli(q, (p - low) / width) == pytest.approx(c, rel=1e-9)
