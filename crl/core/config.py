@@ -26,21 +26,15 @@ from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
 from crl.core.dense_config import IMAGE_KINDS, DenseConfig
 from crl.core.errors import ConfigError
+from crl.core.grid_config import GRID_AXES as GRID_AXES
+from crl.core.grid_config import LOSSES as LOSSES
+from crl.core.grid_config import NORMALISE as NORMALISE
+from crl.core.grid_config import REGIMES as REGIMES
+from crl.core.grid_config import VALID_OBJECTIVES as VALID_OBJECTIVES
+from crl.core.grid_config import GridConfig as GridConfig
+from crl.core.grid_config import objectives as objectives
 from crl.core.overrides import parse_override, with_overrides
 from crl.core.strict import Strict as _Strict
-from crl.core.strict import non_empty_unique
-
-Regime = Literal["one_negative", "scrl", "sscrl"]
-Loss = Literal["hinge", "logistic", "lse", "info_nce"]
-REGIMES: tuple[str, ...] = get_args(Regime)
-LOSSES: tuple[str, ...] = get_args(Loss)
-# Which losses a regime admits. One negative with the LSE loss is the linear score Delta itself
-# (unbounded, not a contrastive loss), so lse/info_nce need the multi-negative regimes.
-VALID_OBJECTIVES = {
-    "one_negative": ("hinge", "logistic"),
-    "scrl": ("hinge", "logistic", "lse", "info_nce"),
-    "sscrl": ("hinge", "logistic", "lse", "info_nce"),
-}
 
 
 class _Run(_Strict):
@@ -95,52 +89,6 @@ class ModelConfig(_Strict):
     lr: float = Field(0.05, gt=0)
     tol: float = Field(1e-5, gt=0)
     max_iter: int = Field(4000, ge=1)
-
-
-Normalise = Literal["scale", "unit"]
-NORMALISE: tuple[str, ...] = get_args(Normalise)
-# the optional axes of the grid: each replaces one fixed setting (model.R, eval.temperature, the
-# features' normalisation) in every cell, and joins the cell's key
-GRID_AXES = ("R", "temperature", "normalise")
-
-
-class GridConfig(_Strict):
-    """The axes of the grid: every valid (regime, loss) pair times m x n x seeds, and optionally
-    times R (the head's norm bound; default model.R), temperature (default eval.temperature) and
-    normalise, how vector features are put in the unit ball: "scale" (centre on the train mean,
-    divide by the largest norm of the splits; the default) or "unit" (centre, then project onto
-    the unit sphere)."""
-
-    regimes: list[Regime]
-    losses: list[Loss]
-    m: list[Annotated[int, Field(ge=1)]]
-    n: list[Annotated[int, Field(ge=1)]]
-    seeds: list[int] = [0]
-    R: list[Annotated[float, Field(gt=0)]] | None = None
-    temperature: list[Annotated[float, Field(gt=0)]] | None = None
-    normalise: list[Normalise] | None = None
-    # cells kept: m <= m_max_over_n * n, and n * m <= scrl_max_negatives for scrl cells
-    m_max_over_n: float | None = Field(None, gt=0)
-    scrl_max_negatives: int | None = Field(None, ge=1)
-
-    @field_validator("regimes", "losses", "m", "n", "seeds")
-    @classmethod
-    def _non_empty_unique(cls, value: list) -> list:
-        return non_empty_unique(value)
-
-    @field_validator("R", "temperature", "normalise")
-    @classmethod
-    def _axis(cls, value: list | None) -> list | None:
-        return None if value is None else non_empty_unique(value)
-
-    @model_validator(mode="after")
-    def _some_valid_objective(self) -> GridConfig:
-        if not objectives(self):
-            raise ValueError(
-                f"no valid (regime, loss) pair in regimes={self.regimes} losses={self.losses}; "
-                f"valid pairs: {VALID_OBJECTIVES}"
-            )
-        return self
 
 
 MStarMetric = Literal["excess_auc", "excess_risk", "auc_error", "probe_error", "classifier_error"]
@@ -272,11 +220,6 @@ class Config(_Run):
             return list(self.eval.m_star.metrics)
         paired_gaussian = self.dataset is not None and self.dataset.kind == "paired_gaussian"
         return ["excess_auc"] if paired_gaussian else ["auc_error"]
-
-
-def objectives(grid: GridConfig) -> list[tuple[str, str]]:
-    """The (regime, loss) pairs of the grid, in config order, restricted to VALID_OBJECTIVES."""
-    return [(r, loss) for r in grid.regimes for loss in grid.losses if loss in VALID_OBJECTIVES[r]]
 
 
 def _field_path(loc: tuple) -> str:

@@ -12,7 +12,7 @@ import polars as pl
 
 from crl.kernels import rates, saturation, stats
 from crl.kernels import tracking as ranks
-from crl.steps import digest, frontier, tables, tracking
+from crl.steps import digest, frontier, oracle, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
 
 GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
@@ -27,7 +27,7 @@ def write_grid_tables(
     m_star: tables.MStarSpec,
 ) -> dict[str, pl.DataFrame]:
     """Build and atomically write the grid's tables from the cell files; returns them."""
-    cells, oracle = tables.split_oracle(tables.collect_cells(cell_files, provenance))
+    cells, oracles = oracle.split_oracle(tables.collect_cells(cell_files, provenance))
     summary = tables.summarise(cells)
     fitted = tables.fits(summary, cells, m_star)
     out = {
@@ -37,8 +37,8 @@ def write_grid_tables(
         "frontier": frontier.frontier(summary),
         "tracking": tracking.tracking(cells, m_star.seed),
     }
-    if oracle is not None:
-        out["oracle"] = oracle
+    if oracles is not None:
+        out["oracle"] = oracles
     for name, frame in out.items():
         write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)
     return out
@@ -56,7 +56,7 @@ def write_grid_tables_if_changed(
     from: a rerun whose cells were all done (about 2 s for the quickstart's 244 cells). Returns
     the cells table and whether the tables were rebuilt."""
     code = digest.sources(
-        sys.modules[__name__], tables, frontier, tracking, rates, saturation, stats, ranks
+        sys.modules[__name__], tables, oracle, frontier, tracking, rates, saturation, stats, ranks
     )
     value = digest.digest(cell_files, json.dumps(provenance, sort_keys=True), repr(m_star), code)
     stamp = tables_dir / BUILT_FROM

@@ -15,7 +15,7 @@ from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
 from crl.kernels.certificates import kl_bernoulli
 from crl.kernels.seeding import short_hash
-from crl.steps import cells, tables
+from crl.steps import cells, oracle
 from crl.steps.features import (
     Features,
     Normalizer,
@@ -437,18 +437,18 @@ def test_an_oracle_cell_is_marked_and_its_loss_joins_the_grids_cells(
 ) -> None:
     features, tau = run
     cfg = config(eval={"oracle_anchors": 200})
-    oracle = cell.run_cell(cfg, CellKey("scrl", "hinge", 3, 200, 0, oracle=True), features, tau)
-    assert oracle["role"] == "oracle" and oracle["n"] == 200
+    best = cell.run_cell(cfg, CellKey("scrl", "hinge", 3, 200, 0, oracle=True), features, tau)
+    assert best["role"] == "oracle" and best["n"] == 200
     plain = cell.run_cell(cfg, CellKey("scrl", "hinge", 3, 20, 0), features, tau)
     assert "role" not in plain
     other = cell.run_cell(cfg, CellKey("scrl", "hinge", 1, 20, 0), features, tau)
-    frame = pl.from_dicts([plain, other, {**oracle}], infer_schema_length=None)
-    cells_only, oracles = tables.split_oracle(frame)
+    frame = pl.from_dicts([plain, other, {**best}], infer_schema_length=None)
+    cells_only, oracles = oracle.split_oracle(frame)
     assert oracles.height == 1 and "role" not in cells_only.columns
     joined = cells_only.sort("m").rows(named=True)
     assert joined[0]["oracle_loss"] is None  # m = 1 has no oracle here
-    assert joined[1]["oracle_loss"] == oracle["test_loss"]
-    assert joined[1]["excess_risk"] == pytest.approx(plain["test_loss"] - oracle["test_loss"])
+    assert joined[1]["oracle_loss"] == best["test_loss"]
+    assert joined[1]["excess_risk"] == pytest.approx(plain["test_loss"] - best["test_loss"])
 
 
 def test_an_lse_oracle_serves_every_m() -> None:
@@ -467,7 +467,7 @@ def test_an_lse_oracle_serves_every_m() -> None:
             },
         ]
     )
-    cells_only, _ = tables.split_oracle(frame)
+    cells_only, _ = oracle.split_oracle(frame)
     assert cells_only["oracle_loss"].to_list() == [0.1, 0.1]
     assert cells_only["excess_risk"].to_list() == pytest.approx([0.2, 0.1])
 
