@@ -66,7 +66,6 @@ def run_clipped_cell(
     )
     star = scaled_reference(model.bayes_parameters(T), r)
     auc = excess_auc(model, paired.clipped, score.M, score.B, T, reference=star)
-    gaussian_star = excess_auc(model, paired.triples, *model.bayes_parameters(T), T).auc_star
     q = clipped_mass(model.p, r)
     bounds = bound_columns(sample, key, R, T, ev.delta, train_loss, held)
     return {
@@ -82,8 +81,8 @@ def run_clipped_cell(
         "auc_star": auc.auc_star,
         "excess_auc": auc.excess,
         "excess_auc_se": auc.excess_se,
-        "bayes_auc_lo": gaussian_star - 3.0 * q,
-        "bayes_auc_hi": gaussian_star + 3.0 * q,
+        "bayes_auc_lo": paired.bayes_auc - 3.0 * q,
+        "bayes_auc_hi": paired.bayes_auc + 3.0 * q,
         "eval_triples": int(paired.clipped.x.shape[0]),
         "sampling": SAMPLING,
         "certified": True,

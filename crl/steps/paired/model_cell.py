@@ -45,6 +45,9 @@ class PairedSource:
     model: CanonicalGaussian
     triples: Triples
     clipped: Triples | None = None
+    # with the clip: the Gaussian's Bayes AUC E* on `triples`, once per run (s* = T log ratio,
+    # so its ranking, hence E*, is the same at every temperature)
+    bayes_auc: float | None = None
 
 
 def source(config: Config) -> PairedSource:
@@ -56,8 +59,11 @@ def source(config: Config) -> PairedSource:
     )
     gen = generator(config.seed, "paired-eval-triples")
     triples = sample_triples(model, ds.eval_triples, gen)
-    clipped = None if ds.clip is None else clip_triples(triples, ds.clip)
-    return PairedSource(model, triples, clipped)
+    if ds.clip is None:
+        return PairedSource(model, triples)
+    star = model.bayes_parameters(config.eval.temperature)
+    bayes_auc = excess_auc(model, triples, *star, config.eval.temperature).auc_star
+    return PairedSource(model, triples, clip_triples(triples, ds.clip), bayes_auc)
 
 
 def radius(config: Config, model: CanonicalGaussian) -> float:
