@@ -33,6 +33,7 @@ from crl.core.grid_config import REGIMES as REGIMES
 from crl.core.grid_config import VALID_OBJECTIVES as VALID_OBJECTIVES
 from crl.core.grid_config import GridConfig as GridConfig
 from crl.core.grid_config import objectives as objectives
+from crl.core.ladder_config import LadderConfig as LadderConfig
 from crl.core.overrides import parse_override, with_overrides
 from crl.core.strict import Strict as _Strict
 
@@ -128,6 +129,9 @@ class EvalConfig(_Strict):
     # synthetic data: fit one head per (loss, m, setting) on this many fresh anchors, whose
     # held-out loss stands for the best head's in the ball (`oracle_loss`); None: none
     oracle_anchors: int | None = Field(None, ge=2)
+    # the certificate ladder's PAC-Bayes and uniform-deviation rungs; None: those columns give
+    # their reason
+    ladder: LadderConfig | None = None
     m_star: MStarConfig = MStarConfig()
 
 
@@ -149,6 +153,7 @@ class Config(_Run):
         "dense.grid.temperature",
         "dataset.clip",
         "eval.oracle_anchors",
+        "eval.ladder",
     )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
@@ -187,6 +192,15 @@ class Config(_Run):
             raise ValueError("grid.normalise: paired data is used as given (no normalisation)")
         if self.model.R_times_bayes is not None and self.grid.R is not None:
             raise ValueError("grid.R: give either grid.R or model.R_times_bayes, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _ladder_single_modality(self) -> Config:
+        if self.eval.ladder is not None and (self.grid is None or is_paired(self.dataset)):
+            raise ValueError(
+                "eval.ladder: the PAC-Bayes and uniform-deviation rungs are built for "
+                "single-modality grid cells only"
+            )
         return self
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ __all__ = [
     "draw",
     "fit",
     "fit_to_tolerance",
+    "mean_loss",
     "objective",
     "per_anchor_loss",
     "project",
@@ -211,18 +212,7 @@ def fit_to_tolerance(
     views = blocks[0][0]
     p = views.anchor.shape[1]
     init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=torch.float64)
-    shared = blocks[0][1].shared
-
-    def block_terms(flat: torch.Tensor, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        weight = flat.reshape(spec.d, p)
-        fa, fp, fn = (table @ weight.T for table in rows)
-        return objective(fa, fp, fn, shared, loss, temperature)  # (c,)
-
-    if len(blocks) == 1:
-        rows = _block_rows(*blocks[0])
-        value, value_and_grad = autograd(lambda flat: block_terms(flat, rows).mean())
-    else:
-        value, value_and_grad = _streamed(blocks, block_terms)
+    value, value_and_grad = mean_loss(blocks, spec.d, loss, temperature)
     solution = apg(
         value,
         value_and_grad,
@@ -232,6 +222,24 @@ def fit_to_tolerance(
     )
     weight = solution.params.reshape(spec.d, p).to(views.anchor.dtype)
     return weight, solution
+
+
+def mean_loss(blocks: Blocks, d: int, loss: str, temperature: float) -> tuple[Value, ValueAndGrad]:
+    """The sample's mean loss as a function of the flattened W (d p,) in float64, and its value
+    and gradient: a sample of one block is held in float64, a larger one streamed block by
+    block at every evaluation."""
+    p = blocks[0][0].anchor.shape[1]
+    shared = blocks[0][1].shared
+
+    def block_terms(flat: torch.Tensor, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        weight = flat.reshape(d, p)
+        fa, fp, fn = (table @ weight.T for table in rows)
+        return objective(fa, fp, fn, shared, loss, temperature)  # (c,)
+
+    if len(blocks) == 1:
+        rows = _block_rows(*blocks[0])
+        return autograd(lambda flat: block_terms(flat, rows).mean())
+    return _streamed(blocks, block_terms)
 
 
 def _streamed(

@@ -24,7 +24,7 @@ from crl.steps.embed import build
 from crl.steps.features import Features, on_unit_sphere
 from crl.steps.keys import CellKey, cell_config
 from crl.steps.signal import signal_columns
-from crl.steps.unimodal import certify, sampling
+from crl.steps.unimodal import certify, ladder, sampling
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
             test_terms, key.loss, fresh, row["loss_min"], row["loss_range"], ev.delta
         )
     )
+    row.update(_ladder(config, key, cell_id, source, draw, weight, held, row))
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)
@@ -221,6 +222,42 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row["wall_seconds"] = time.perf_counter() - started
     row["device"] = str(weight.device)
     return row
+
+
+def _ladder(
+    config: Config,
+    key: CellKey,
+    cell_id: str,
+    source: sampling.ModelPopulation | sampling.SplitPopulation,
+    draw: sampling.TrainDraw,
+    weight: torch.Tensor,
+    held: sampling.HeldOut,
+    row: dict,
+) -> dict:
+    """The PAC-Bayes and uniform-deviation rungs (crl.steps.unimodal.ladder), from a generator
+    of their own, so that the cell's other columns do not depend on whether they run."""
+    ladder_config, ev = config.eval.ladder, config.eval
+    gen = generator(config.seed, cell_id, "ladder")
+    width = row["loss_range"]
+    scale = ladder.Scale(row["loss_min"], width) if math.isfinite(width) and width > 0 else None
+    search = (held.views, held.sample)
+    fresh = None
+    if ladder_config is not None and isinstance(source, sampling.ModelPopulation):
+        fresh = source.tuples(ev.test_anchors, key.m, gen)
+    return {
+        **ladder.pac_bayes_columns(config, key, draw, weight, search, scale, gen),
+        **ladder.uniform_deviation_columns(
+            draw,
+            weight,
+            search,
+            fresh,
+            key.loss,
+            ev.temperature,
+            config.model.R,
+            ladder_config,
+            gen,
+        ),
+    }
 
 
 def _against_shared_negatives(

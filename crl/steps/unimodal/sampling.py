@@ -96,6 +96,31 @@ class TrainDraw:
         return (self[b] for b in range(len(self.sizes)))
 
 
+def split_anchors(draw: TrainDraw, count: int) -> tuple[TrainDraw, TrainDraw]:
+    """The draw's first anchors and the rest, two disjoint samples of the same law (own
+    negatives only: shared negatives belong to both). A sample of one block splits after
+    `count` anchors; a sample of several at the block boundary nearest to `count`, keeping at
+    least one block on each side."""
+    if draw.shared:
+        raise ValueError("split_anchors: shared negatives belong to every anchor")
+    if len(draw) == 1:
+        if not 1 <= count < draw.n:
+            raise ValueError(f"split_anchors: count={count} must lie in [1, {draw.n - 1}]")
+        views, sample = draw[0]
+        head, tail = (
+            learner.Sample(sample.anchors[part], sample.positives[part], sample.negatives[part])
+            for part in (slice(None, count), slice(count, None))
+        )
+        return TrainDraw.whole(views, head, draw.sampling), TrainDraw.whole(
+            views, tail, draw.sampling
+        )
+    ends = torch.tensor(draw.sizes).cumsum(0).tolist()
+    cut = min(range(1, len(ends)), key=lambda b: abs(ends[b - 1] - count))
+    head = TrainDraw(draw.sampling, draw.sizes[:cut], draw.m, False, lambda b: draw[b])
+    tail = TrainDraw(draw.sampling, draw.sizes[cut:], draw.m, False, lambda b: draw[cut + b])
+    return head, tail
+
+
 def _sizes(n: int, per_block: int) -> list[int]:
     return [min(per_block, n - start) for start in range(0, n, per_block)]
 
@@ -153,6 +178,10 @@ class ModelPopulation:
         if negative is None:
             negative = self._points(self.model.sample_classes(m if shared else n * m, gen), gen)
         return _tables(anchor, positive, negative, classes), _identity(n, m, shared)
+
+    def tuples(self, n: int, m: int, gen: torch.Generator) -> Block:
+        """n fresh tuples with m fresh negatives each, as one block."""
+        return self._tuples(n, m, False, gen)
 
     def train(
         self,

@@ -1,0 +1,37 @@
+"""The `eval.ladder` section: the certificate ladder of single-modality cells beyond the
+test-set certificate (crl.steps.unimodal.ladder): PAC-Bayes-kl certificates with a data-free
+and a data-dependent prior, and the uniform deviation estimate."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from crl.core.strict import Strict, non_empty_unique
+
+
+class LadderConfig(Strict):
+    """`noise`: the grid of Gibbs noise scales, each the expected norm of the head's noise as a
+    fraction of R (sigma = noise R / sqrt(d p) per entry), fixed before any data: the bounds
+    hold for every entry at once by a union bound, so the reported one is the smallest.
+    `pilot_heads` Gibbs heads per scale choose the scale; `mc_heads` fresh heads at that scale
+    estimate the empirical Gibbs risk (its Monte Carlo term, Langford and Caruana 2002).
+    `prior_fraction`: the share of the training anchors that fit the data-dependent prior's
+    mean; its bound uses the rest. `ascent_starts` projected gradient ascents of
+    Lhat_test(W) - Lhat_train(W) over the ball (0: no uniform deviation estimate), each at most
+    `ascent_iterations` iterations."""
+
+    noise: list[Annotated[float, Field(gt=0, le=10)]] = Field(
+        [0.01, 0.02, 0.05, 0.1, 0.2, 0.5], min_length=1
+    )
+    pilot_heads: int = Field(16, ge=1)
+    mc_heads: int = Field(1000, ge=1)
+    prior_fraction: float = Field(0.5, gt=0, lt=1)
+    ascent_starts: int = Field(4, ge=0)
+    ascent_iterations: int = Field(100, ge=1)
+
+    @field_validator("noise")
+    @classmethod
+    def _non_empty_unique(cls, value: list) -> list:
+        return non_empty_unique(value)

@@ -1,0 +1,105 @@
+"""PAC-Bayes kernels: the Gaussian KL against torch's and its formula, Maurer's bound and the
+Monte Carlo term at their definitions and their levels, Gibbs heads and their risks against
+naive loops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from crl.kernels import learner, pac_bayes
+from crl.kernels.certificates import kl_bernoulli
+
+
+def test_gaussian_kl_matches_torch_and_the_closed_form() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for k, sq, sp in ((1, 0.3, 0.3), (5, 0.2, 0.7), (12, 1.5, 0.4)):
+        mq = torch.randn(k, generator=gen, dtype=torch.float64)
+        mp = torch.randn(k, generator=gen, dtype=torch.float64)
+        q = torch.distributions.Normal(mq, torch.full((k,), sq, dtype=torch.float64))
+        p = torch.distributions.Normal(mp, torch.full((k,), sp, dtype=torch.float64))
+        expected = float(torch.distributions.kl_divergence(q, p).sum())
+        assert pac_bayes.gaussian_kl(mq, mp, sq, sp) == pytest.approx(expected, rel=1e-12)
+    mq = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    mp = torch.zeros(3, 4, dtype=torch.float64)
+    # equal scales: ||mean_q - mean_p||^2 / (2 sigma^2); equal laws: 0
+    closed = float((mq**2).sum()) / (2 * 0.25**2)
+    assert pac_bayes.gaussian_kl(mq, mp, 0.25, 0.25) == pytest.approx(closed, rel=1e-12)
+    assert pac_bayes.gaussian_kl(mq, mq, 0.25, 0.25) == 0.0
+    with pytest.raises(ValueError, match="shapes"):
+        pac_bayes.gaussian_kl(mq, mp.reshape(-1), 0.1, 0.1)
+    with pytest.raises(ValueError, match="sigma_q"):
+        pac_bayes.gaussian_kl(mq, mp, 0.0, 0.1)
+
+
+def test_maurer_bound_sits_where_kl_meets_the_right_hand_side() -> None:
+    for q, kl, n, delta in ((0.1, 3.0, 500, 0.05), (0.4, 0.0, 10_000, 0.01), (0.0, 20.0, 64, 0.1)):
+        term = (kl + math.log(2 * math.sqrt(n) / delta)) / n
+        assert pac_bayes.pac_bayes_kl_term(kl, n, delta) == pytest.approx(term, rel=1e-15)
+        bound = pac_bayes.pac_bayes_kl_bound(q, kl, n, delta)
+        assert bound > q
+        assert kl_bernoulli(q, bound) == pytest.approx(term, rel=1e-9)
+        # more KL, a looser bound
+        assert pac_bayes.pac_bayes_kl_bound(q, kl + 5.0, n, delta) > bound
+    assert pac_bayes.pac_bayes_kl_bound(0.5, 1e6, 10, 0.05) == 1.0
+
+
+def test_monte_carlo_upper_covers_at_its_level() -> None:
+    """Heads' empirical risks in [0, 1] with a known mean: the upper bound falls below the mean
+    in at most delta of the repetitions (and its end satisfies kl = ln(1/delta) / k)."""
+    rng = np.random.default_rng(1)
+    k, delta, reps, truth = 100, 0.1, 3000, 2.0 / 7.0
+    draws = rng.beta(2.0, 5.0, size=(reps, k))
+    uppers = [pac_bayes.monte_carlo_upper(float(row.mean()), k, delta) for row in draws]
+    assert sum(u < truth for u in uppers) / reps <= delta
+    q = float(draws[0].mean())
+    assert kl_bernoulli(q, uppers[0]) == pytest.approx(math.log(1 / delta) / k, rel=1e-9)
+
+
+def test_noise_scale_and_gibbs_heads() -> None:
+    sigma = pac_bayes.noise_scale(0.1, 2.0, 16)
+    assert sigma == pytest.approx(0.1 * 2.0 / 4.0)
+    gen = torch.Generator().manual_seed(2)
+    mean = torch.ones(2, 3, dtype=torch.float64)
+    heads = pac_bayes.gibbs_heads(mean, 0.05, 100.0, 20_000, gen)
+    assert heads.shape == (20_000, 2, 3) and heads.dtype == torch.float64
+    # far inside the ball: the draws are N(mean, sigma^2 I)
+    assert torch.allclose(heads.mean(0), mean, atol=0.003)
+    assert float(heads.std(0).mean()) == pytest.approx(0.05, rel=0.02)
+    # near the sphere: every head is projected into the ball, the ones inside untouched
+    small = pac_bayes.gibbs_heads(mean, 1.0, math.sqrt(6.0), 500, gen)
+    norms = torch.linalg.vector_norm(small.flatten(1), dim=1)
+    assert bool((norms <= math.sqrt(6.0) * (1 + 1e-12)).all())
+    assert bool((norms < math.sqrt(6.0) * 0.999).any())
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("loss", ["hinge", "lse", "info_nce"])
+def test_gibbs_risks_match_a_loop_over_heads(loss: str, shared: bool) -> None:
+    gen = torch.Generator().manual_seed(3)
+    p, d, m, n = 5, 3, 4, 30
+    table = torch.nn.functional.normalize(torch.randn(60, p, generator=gen), dim=1)
+    views = learner.Views(table, table, table, torch.zeros(60, dtype=torch.long), True)
+    blocks = []
+    for _ in range(2):
+        negatives = torch.randint(0, 60, (m,) if shared else (n, m), generator=gen)
+        sample = learner.Sample(
+            torch.randint(0, 60, (n,), generator=gen),
+            torch.randint(0, 60, (n,), generator=gen),
+            negatives,
+        )
+        blocks.append((views, sample))
+    heads = pac_bayes.gibbs_heads(torch.zeros(d, p), 0.8, 2.0, 7, gen)
+    # a budget that makes chunks of 2 heads, so chunk boundaries are crossed
+    risks, per_anchor = pac_bayes.gibbs_risks(heads, blocks, loss, 0.5, budget=2 * 60 * d)
+    naive = torch.stack(
+        [
+            torch.cat([learner.per_anchor_loss(h.float(), v, s, loss, 0.5) for v, s in blocks])
+            for h in heads
+        ]
+    )  # (heads, 2 n)
+    assert torch.allclose(risks, naive.mean(1), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(per_anchor, naive.mean(0), rtol=1e-5, atol=1e-6)
