@@ -48,6 +48,8 @@ Statements (THEORY.md numbering), their modules and instances:
     LI_*            li: Li et al. on `TwoModalityGaussian`, common random numbers.
     DENSE_mi_bound  dense_mi: InfoNCE bound log N - L <= I with the optimal critic on Gaussian
                     pairs.
+    CERT_*          certificates: the certificate ladder's kl inversion and Gaussian KL (exact),
+                    the Monte Carlo terms' and Maurer's bound's coverage.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from crl.checks import coverage  # noqa: F401
 from crl.checks import li  # noqa: F401
 from crl.checks import dense_mi  # noqa: F401
 from crl.checks import certified_bounds  # noqa: F401
+from crl.checks import certificates  # noqa: F401
 # isort: on
 
 __all__ = [

@@ -23,7 +23,7 @@ class LadderConfig(Strict):
     `ascent_iterations` iterations."""
 
     noise: list[Annotated[float, Field(gt=0, le=10)]] = Field(
-        [0.01, 0.02, 0.05, 0.1, 0.2, 0.5], min_length=1
+        [0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0], min_length=1
     )
     pilot_heads: int = Field(16, ge=1)
     mc_heads: int = Field(1000, ge=1)

@@ -11,6 +11,9 @@
   `draws` independent heads whose empirical risks average `mean`, with probability >= 1 - delta
   Lhat_S(Q) <= kl^-1(mean, ln(1/delta) / draws) (Langford and Caruana 2002; the Chernoff bound
   for [0, 1] variables, one-sided).
+- `empirical_bernstein_upper(mean, variance, draws, delta)`: the same expectation bounded with
+  the samples' variance (Maurer and Pontil 2009): the heads' empirical risks vary little
+  around their mean, so past a few hundred heads this is the tighter of the two.
 - `noise_scale(relative, radius, dims)`: the per-entry sigma whose noise has expected squared
   norm (relative R)^2, sigma = relative R / sqrt(dims): a grid fixed before any data is seen.
 - `gibbs_heads(mean, sigma, radius, count, gen)`: `count` heads W = P_R(mean + sigma E), E
@@ -30,9 +33,11 @@ from crl.kernels import _validate, learner
 from crl.kernels.certificates import kl_inverse_upper
 
 __all__ = [
+    "empirical_bernstein_upper",
     "gaussian_kl",
     "gibbs_heads",
     "gibbs_risks",
+    "procrustes",
     "monte_carlo_upper",
     "noise_scale",
     "pac_bayes_kl_bound",
@@ -75,6 +80,18 @@ def monte_carlo_upper(mean: float, draws: int, delta: float) -> float:
     return kl_inverse_upper(min(max(mean, 0.0), 1.0), math.log(1.0 / delta) / draws)
 
 
+def empirical_bernstein_upper(mean: float, variance: float, draws: int, delta: float) -> float:
+    """Maurer and Pontil (2009, Thm 4): for `draws` >= 2 i.i.d. samples in [0, 1] with mean
+    `mean` and unbiased sample variance `variance`, with probability >= 1 - delta the
+    expectation is at most mean + sqrt(2 variance ln(2/delta) / k) + 7 ln(2/delta) / (3 (k -
+    1)), capped at 1."""
+    draws = _validate.at_least("draws", draws, 2)
+    delta = _validate.open_unit("delta", delta)
+    log_term = math.log(2.0 / delta)
+    spread = math.sqrt(2.0 * max(variance, 0.0) * log_term / draws)
+    return min(1.0, mean + spread + 7.0 * log_term / (3.0 * (draws - 1)))
+
+
 def noise_scale(relative: float, radius: float, dims: int) -> float:
     """Per-entry sigma with E||sigma E||^2 = (relative * radius)^2 over `dims` entries."""
     relative = _validate.positive("relative", relative)
@@ -101,40 +118,74 @@ def gibbs_risks(
     blocks: learner.Blocks,
     loss: str,
     temperature: float,
-    budget: int = 2**25,
+    budget: int = 2**24,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every head's mean loss over the sample, and every anchor's loss averaged over the heads.
 
-    The tables of a block are multiplied by a chunk of heads at once (one matmul of (N, p) by
-    (p, c d), c heads of about `budget` output values), then each head's losses are the
-    learner's objective on its slice. Shape: heads (count, d, p) -> (count,), (n,), float64.
+    A chunk of c heads (about `budget` gathered values) is one matmul of each table by the
+    stacked heads (p, c d); with own negatives the chunk's heads then join the anchors' batch
+    (n c tuples through the learner's objective at once), with shared negatives (which differ
+    per head once projected) each head goes through it on its own slice.
+    Shape: heads (count, d, p) -> (count,), (n,), float64.
     """
     count, d, p = heads.shape
     risks = torch.zeros(count, dtype=torch.float64)
     per_anchor = []
     n = 0
     for views, sample in blocks:
-        rows = views.anchor.shape[0]
+        b, m = sample.anchors.shape[0], sample.negatives.shape[-1]
+        rows = max(views.anchor.shape[0], b * (m + 2))
         chunk = max(1, min(count, budget // max(1, rows * d)))
-        block_sum = torch.zeros(sample.anchors.shape[0], dtype=torch.float64)
+        block_sum = torch.zeros(b, dtype=torch.float64)
         for start in range(0, count, chunk):
             part = heads[start : start + chunk].to(views.anchor.dtype)  # (c, d, p)
-            stacked = part.reshape(-1, p)  # (c d, p)
-            fa_all = views.anchor @ stacked.T  # (N, c d)
-            fp_all = fa_all if views.positive is views.anchor else views.positive @ stacked.T
-            fn_all = fa_all if views.negative is views.anchor else views.negative @ stacked.T
-            for j in range(part.shape[0]):
-                cols = slice(j * d, (j + 1) * d)
-                terms = learner.objective(
-                    fa_all[sample.anchors, cols],
-                    fp_all[sample.positives, cols],
-                    fn_all[sample.negatives, cols],
-                    sample.shared,
-                    loss,
-                    temperature,
-                ).double()  # (b,)
-                risks[start + j] += terms.sum()
-                block_sum += terms
-        n += sample.anchors.shape[0]
+            terms = _chunk_terms(part, views, sample, loss, temperature)  # (b, c)
+            risks[start : start + part.shape[0]] += terms.sum(0)
+            block_sum += terms.sum(1)
+        n += b
         per_anchor.append(block_sum / count)
     return risks / n, torch.cat(per_anchor)
+
+
+def _chunk_terms(
+    part: torch.Tensor,
+    views: learner.Views,
+    sample: learner.Sample,
+    loss: str,
+    temperature: float,
+) -> torch.Tensor:
+    """The losses of c heads on a block's tuples. Shape: part (c, d, p) -> (b, c) float64."""
+    c, d, p = part.shape
+    stacked = part.reshape(c * d, p)
+    fa_all = views.anchor @ stacked.T  # (N, c d)
+    fp_all = fa_all if views.positive is views.anchor else views.positive @ stacked.T
+    fn_all = fa_all if views.negative is views.anchor else views.negative @ stacked.T
+    b = sample.anchors.shape[0]
+    fa = fa_all[sample.anchors].reshape(b, c, d)
+    fp = fp_all[sample.positives].reshape(b, c, d)
+    if sample.shared:
+        fn = fn_all[sample.negatives].reshape(-1, c, d)  # (m, c, d)
+        columns = [
+            learner.objective(fa[:, j], fp[:, j], fn[:, j], True, loss, temperature)
+            for j in range(c)
+        ]
+        return torch.stack(columns, dim=1).double()
+    m = sample.negatives.shape[1]
+    fn = fn_all[sample.negatives].reshape(b, m, c, d).transpose(1, 2)  # (b, c, m, d)
+    terms = learner.objective(
+        fa.reshape(b * c, d),
+        fp.reshape(b * c, d),
+        fn.reshape(b * c, m, d),
+        False,
+        loss,
+        temperature,
+    )
+    return terms.reshape(b, c).double()
+
+
+def procrustes(moving: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The orthogonal Q (d, d) minimising ||Q moving - target||_F (moving, target (d, p)):
+    Q = U V^T for U S V^T = target moving^T. f = W phi and Q W phi give the same scores, so a
+    head may be rotated onto a prior's mean without changing any loss."""
+    u, _, vh = torch.linalg.svd(target.double() @ moving.double().T)
+    return u @ vh

@@ -15,8 +15,10 @@ Each value carries a 95% percentile interval from a bootstrap over seeds (the sa
 seeds for every point; `replicates` draws; none with fewer than three seeds, whose bootstrap has
 at most three distinct draws). The certificates are the bounds
 on the gap the cells have (`gamma_m`, `gamma_S`, `gamma_E`, `best_bound`, `gamma_lin`,
-`best_dense_bound`, `sscrl_total`) and `cert_test_set_gap` = cert_test_set - train_loss, the
-test-set certificate read as a bound on the gap.
+`best_dense_bound`, `sscrl_total`), the certificates on the population loss read as bounds on
+the gap (`cert_test_set_gap` = cert_test_set - train_loss, `cert_pb_free_gap`,
+`cert_pb_data_gap`), and `uniform_deviation_est`, the ladder's lower estimate of the uniform
+deviation.
 """
 
 from __future__ import annotations
@@ -41,7 +43,16 @@ CERTIFICATES = [
     "gamma_lin",
     "best_dense_bound",
     "cert_test_set_gap",
+    "cert_pb_free_gap",
+    "cert_pb_data_gap",
+    "uniform_deviation_est",
 ]
+# certificates on a population loss, read as bounds on the gap: minus the train loss
+ON_THE_LOSS = {
+    "cert_test_set_gap": "cert_test_set",
+    "cert_pb_free_gap": "cert_pb_free",
+    "cert_pb_data_gap": "cert_pb_data",
+}
 AXES = ["regime", "m", "n", "R", "temperature", "normalise", "negatives", "correspondence", "lam"]
 GROUP = ["family", "dataset", "loss"]
 REPLICATES = 200
@@ -148,10 +159,11 @@ def tracking(cells: pl.DataFrame, seed: int, replicates: int = REPLICATES) -> pl
     if cells.is_empty() or "gap" not in cells.columns:
         return pl.DataFrame(schema=SCHEMA)
     frame = cells
-    if "cert_test_set" in frame.columns:
-        frame = frame.with_columns(
-            (pl.col("cert_test_set") - pl.col("train_loss")).alias("cert_test_set_gap")
-        )
+    frame = frame.with_columns(
+        (pl.col(source) - pl.col("train_loss")).alias(name)
+        for name, source in ON_THE_LOSS.items()
+        if source in frame.columns
+    )
     if "test_loss_ci" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("test_loss_ci"))
     prov = frame.select(PROVENANCE_COLUMNS).row(0, named=True)

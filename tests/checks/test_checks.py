@@ -36,7 +36,9 @@ def test_registry_and_default_counts() -> None:
                 "S1_oscillation": 64, "S2_contraction": 400, "S3_lemma43": 80,
                 "S4_decomposition": 80, "S5_collision": 80, "S6_lemma51": 200, "S7_coverage": 54,
                 "LI_fisher_consistency": 30, "LI_calibration": 60, "DENSE_mi_bound": 60,
-                "BOUNDS_gamma_S_coverage": 24, "BOUNDS_lse_inner": 30}
+                "BOUNDS_gamma_S_coverage": 24, "BOUNDS_lse_inner": 30,
+                "CERT_kl_inverse": 40, "CERT_gaussian_kl": 40, "CERT_monte_carlo": 12,
+                "CERT_pac_bayes": 6}
     # one decorator fills both dicts, in THEORY.md order
     assert list(checks.STATEMENTS) == list(expected)
     assert list(checks.DEFAULT_INSTANCES.items()) == list(expected.items())
@@ -181,3 +183,17 @@ def test_invalid_arguments() -> None:
         checks.Constants(contraction=-1.0)
     with pytest.raises(ValueError, match="constants is dict"):
         checks.run_instance("S1_convex", 0, 0, {"contraction": 1.0})
+
+
+def test_the_certificate_statements_catch_a_bound_without_its_terms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the Monte Carlo term or Maurer's complexity term removed, coverage falls below
+    1 - delta: the statements can fail."""
+    from crl.kernels import pac_bayes
+
+    monkeypatch.setattr(pac_bayes, "monte_carlo_upper", lambda mean, draws, delta: mean)
+    rows = checks.run_instance("CERT_monte_carlo", 0, 1)
+    assert not next(r for r in rows if r["quantity"] == "kl")["holds"]
+    monkeypatch.setattr(pac_bayes, "pac_bayes_kl_bound", lambda q, kl, n, delta: q)
+    assert not checks.run_instance("CERT_pac_bayes", 0, 1)[0]["holds"]

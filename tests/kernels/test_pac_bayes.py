@@ -59,6 +59,42 @@ def test_monte_carlo_upper_covers_at_its_level() -> None:
     assert kl_bernoulli(q, uppers[0]) == pytest.approx(math.log(1 / delta) / k, rel=1e-9)
 
 
+def test_empirical_bernstein_covers_and_beats_kl_at_small_variance() -> None:
+    rng = np.random.default_rng(4)
+    k, delta, reps = 400, 0.1, 3000
+    # samples near 0.3 with a small spread, as the heads' empirical risks are
+    draws = np.clip(rng.normal(0.3, 0.01, size=(reps, k)), 0.0, 1.0)
+    truth = 0.3
+    uppers = [
+        pac_bayes.empirical_bernstein_upper(float(r.mean()), float(r.var(ddof=1)), k, delta)
+        for r in draws
+    ]
+    assert sum(u < truth for u in uppers) / reps <= delta
+    mean, var = float(draws[0].mean()), float(draws[0].var(ddof=1))
+    log_term = math.log(2 / delta)
+    closed = mean + math.sqrt(2 * var * log_term / k) + 7 * log_term / (3 * (k - 1))
+    assert uppers[0] == pytest.approx(closed, rel=1e-12)
+    assert uppers[0] < pac_bayes.monte_carlo_upper(mean, k, delta)
+    assert pac_bayes.empirical_bernstein_upper(0.9, 0.2, 3, 0.05) == 1.0
+
+
+def test_procrustes_undoes_a_rotation() -> None:
+    gen = torch.Generator().manual_seed(5)
+    target = torch.randn(4, 9, generator=gen, dtype=torch.float64)
+    rotation, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))
+    moving = rotation.T @ target + 1e-3 * torch.randn(4, 9, generator=gen, dtype=torch.float64)
+    q = pac_bayes.procrustes(moving, target)
+    assert torch.allclose(q @ q.T, torch.eye(4, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(q, rotation, atol=1e-2)
+    aligned = float(torch.linalg.matrix_norm(q @ moving - target))
+    # no orthogonal matrix does better (random ones and the identity)
+    for _ in range(50):
+        other, _ = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))
+        assert aligned <= float(torch.linalg.matrix_norm(other @ moving - target))
+    # the scores W^T W are unchanged
+    assert torch.allclose((q @ moving).T @ (q @ moving), moving.T @ moving, atol=1e-12)
+
+
 def test_noise_scale_and_gibbs_heads() -> None:
     sigma = pac_bayes.noise_scale(0.1, 2.0, 16)
     assert sigma == pytest.approx(0.1 * 2.0 / 4.0)
@@ -93,8 +129,9 @@ def test_gibbs_risks_match_a_loop_over_heads(loss: str, shared: bool) -> None:
         )
         blocks.append((views, sample))
     heads = pac_bayes.gibbs_heads(torch.zeros(d, p), 0.8, 2.0, 7, gen)
-    # a budget that makes chunks of 2 heads, so chunk boundaries are crossed
-    risks, per_anchor = pac_bayes.gibbs_risks(heads, blocks, loss, 0.5, budget=2 * 60 * d)
+    # a budget that makes chunks of 2 heads (n (m + 2) rows of d values each), so chunk
+    # boundaries are crossed
+    risks, per_anchor = pac_bayes.gibbs_risks(heads, blocks, loss, 0.5, budget=2 * n * 6 * d)
     naive = torch.stack(
         [
             torch.cat([learner.per_anchor_loss(h.float(), v, s, loss, 0.5) for v, s in blocks])

@@ -12,9 +12,16 @@ loss's range; every column is back in the loss's own units.
   `prior_fraction` of the training anchors; the bound uses the others (`cert_pb_data_n`). The
   posterior's mean is the cell's head W_hat, fitted on every anchor (the posterior may depend
   on the whole sample; the prior may not depend on the anchors its bound uses).
+- `cert_pb_data`'s posterior mean is W_hat rotated onto the prior's mean (orthogonal
+  Procrustes, crl.kernels.pac_bayes.procrustes): f(x)^T f(y) is invariant under W -> Q W, so
+  the rotated head has the same losses, and its Gibbs head the same risks, while heads fitted
+  from different starts otherwise sit at unrelated rotations and a KL of the size of the
+  data-free one.
 - Each at level delta: delta/2 for the PAC-Bayes bound, split evenly over the noise grid (a
   union bound, so the smallest is reported), delta/2 for the Monte Carlo bound on the empirical
-  Gibbs risk from `mc_heads` fresh heads at the chosen scale (chosen on `pilot_heads` heads per
+  Gibbs risk from `mc_heads` fresh heads at the chosen scale: the smaller of the kl bound
+  (Langford and Caruana 2002) and the empirical Bernstein bound (Maurer and Pontil 2009), each
+  at delta/4 (chosen on `pilot_heads` heads per
   scale, whose randomness is independent of the final heads'). Columns per certificate: the
   bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry), `_gibbs_train` (the Monte Carlo mean
   of the empirical Gibbs risk), `_mc` (its upper bound), `_reason`. `gibbs_test_loss` (`_ci`):
@@ -119,8 +126,15 @@ def certificate(
 
     sigma = min(sigmas, key=plug_in)
     heads = pac_bayes.gibbs_heads(mean, sigma, radius, ladder.mc_heads, gen)
-    gibbs_train = scale.to_unit(float(risks(heads).mean()))
-    mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_heads, delta / 2)
+    unit = (risks(heads) - scale.low) / scale.width  # (mc_heads,) in [0, 1]
+    gibbs_train = float(unit.mean())
+    mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_heads, delta / 4)
+    if ladder.mc_heads >= 2:
+        variance = float(unit.var(correction=1))
+        bernstein = pac_bayes.empirical_bernstein_upper(
+            gibbs_train, variance, ladder.mc_heads, delta / 4
+        )
+        mc = min(mc, bernstein)
     kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
     bound = pac_bayes.pac_bayes_kl_bound(mc, kl, n, level)
     return Certificate(bound, kl, n, sigma, gibbs_train, mc, heads)
@@ -196,7 +210,11 @@ def pac_bayes_columns(
     count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
     prior_draw, rest = sampling.split_anchors(draw, count)
     prior = _fit_prior(config, prior_draw, key, gen).double()
-    data = certificate(mean, prior, on(rest), rest.n, R, ladder, ev.delta, scale, gen)
+    # scores are invariant under W -> Q W (Q orthogonal), and heads fitted from different
+    # starts land on different rotations: the posterior's mean is the head rotated onto the
+    # prior's (the posterior may depend on every anchor; the prior does not move)
+    aligned = pac_bayes.procrustes(mean, prior) @ mean
+    data = certificate(aligned, prior, on(rest), rest.n, R, ladder, ev.delta, scale, gen)
     out.update(_rung_columns("cert_pb_free", free, scale, None))
     out.update(_rung_columns("cert_pb_data", data, scale, None))
     free_test, _ = pac_bayes.gibbs_risks(free.heads, [held], key.loss, T)
