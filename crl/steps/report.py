@@ -14,7 +14,7 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from crl.steps import digest, figures, frontier_panel, tracking_panel  # noqa: E402
+from crl.steps import digest, figures, frontier_panel, ladder_panel, tracking_panel  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
@@ -244,7 +244,13 @@ BUILT_FROM = ".built-from"  # in report/: the digest of the tables and code of t
 
 def _report_digest(tables: Path) -> str:
     code = digest.sources(
-        sys.modules[__name__], figures, frontier_panel, tracking_panel, report_dense, saturation
+        sys.modules[__name__],
+        figures,
+        frontier_panel,
+        ladder_panel,
+        tracking_panel,
+        report_dense,
+        saturation,
     )
     return digest.digest(tables.glob("*.parquet"), code)
 
@@ -305,6 +311,10 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
         sections.append(frontier_panel.setting_note(setting))
         rest = frontier_panel.at_setting(rest, setting)
         rest_fits = frontier_panel.at_setting(fits.filter(~is_dense), setting)
+        if not paired:
+            sections.append(
+                ladder_panel.section(rest, out, lambda f, p: _save(f, p, staging), html_table)
+            )
         body = paired_body if paired else unimodal_body
         sections.append(body(rest, rest_fits, out, staging))
     if dense.height:

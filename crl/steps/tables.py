@@ -54,6 +54,16 @@ SUMMARISED = [
     "learning_gain_ci",
     "learning_gain_rel",
     "gap_snr",
+    # the certificate ladder (crl.steps.unimodal.certify, .ladder)
+    "cert_test_set",
+    "cert_pb_free",
+    "cert_pb_free_kl",
+    "cert_pb_free_gibbs_test",
+    "cert_pb_data",
+    "cert_pb_data_kl",
+    "gibbs_test_loss",
+    "cert_pb_data_excess_ratio",
+    "uniform_deviation_est",
     # paired cells (crl.steps.paired.model_cell, .split_cell)
     "auc_error",
     "gamma_lin",

@@ -84,3 +84,20 @@ def test_the_statistics_are_reproducible_from_the_seed() -> None:
     a = tracking.tracking(_cells(seeds=3, noise=0.02), seed=7, replicates=30)
     b = tracking.tracking(_cells(seeds=3, noise=0.02), seed=7, replicates=30)
     assert a.equals(b, null_equal=True)
+
+
+def test_certificates_on_the_loss_are_read_as_bounds_on_the_gap() -> None:
+    """cert_* - train_loss: a PAC-Bayes certificate that is the held-out loss plus a constant
+    tracks the gap perfectly; one that is flat does not."""
+    cells = _cells(seeds=3).with_columns(
+        (pl.col("train_loss") + pl.col("gap") + 0.3).alias("cert_pb_data"),
+        pl.lit(2.0).alias("cert_pb_free"),
+        (pl.col("gap") * 0.5).alias("uniform_deviation_est"),
+    )
+    table = tracking.tracking(cells, seed=0, replicates=20)
+    assert _value(table, "cert_pb_data_gap", "kendall_tau", "all")["value"] == pytest.approx(1.0)
+    assert _value(table, "uniform_deviation_est", "psi", "all axes")["value"] == pytest.approx(1.0)
+    flat = table.filter(pl.col("certificate") == "cert_pb_free_gap")
+    assert flat.filter(pl.col("statistic") == "kendall_tau")["value"].is_null().all() or (
+        abs(_value(table, "cert_pb_free_gap", "kendall_tau", "all")["value"]) < 1e-12
+    )

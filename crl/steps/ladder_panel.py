@@ -1,0 +1,105 @@
+"""The report's ladder section: for every (regime, loss, m) whose cells carry the PAC-Bayes
+rungs, at the report's reference setting, the rungs against n on one log axis, all as bounds
+on (or estimates of) the head's population loss:
+
+held-out loss (`test_loss`), the data-dependent Gibbs head's held-out loss (`gibbs_test_loss`),
+the test-set certificate, the PAC-Bayes certificates (data-free, data-dependent), the best
+Rademacher bound read as `train_loss + best_bound`, and `train_loss + uniform_deviation_est`
+(the uniform deviation the Rademacher bounds bound, estimated from below)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from crl.steps.figures import panels  # noqa: E402
+
+Save = Callable[[plt.Figure, Path], None]
+MAX_PANELS = 12
+RUNGS = [
+    ("held-out loss", pl.col("test_loss_mean"), "black", "-"),
+    ("Gibbs held-out loss", pl.col("gibbs_test_loss_mean"), "gray", "--"),
+    ("test-set certificate", pl.col("cert_test_set_mean"), "tab:green", "-"),
+    ("PAC-Bayes, data-dependent prior", pl.col("cert_pb_data_mean"), "tab:blue", "-"),
+    ("PAC-Bayes, data-free prior", pl.col("cert_pb_free_mean"), "tab:cyan", "-"),
+    (
+        "best Rademacher bound",
+        pl.col("train_loss_mean") + pl.col("best_bound_mean"),
+        "tab:red",
+        "-",
+    ),
+    (
+        "train + uniform deviation est.",
+        pl.col("train_loss_mean") + pl.col("uniform_deviation_est_mean"),
+        "tab:orange",
+        ":",
+    ),
+]
+
+
+def rows(summary: pl.DataFrame) -> pl.DataFrame:
+    """The summary rows that carry the ladder (a data-dependent PAC-Bayes certificate)."""
+    if "cert_pb_data_mean" not in summary.columns:
+        return summary.clear()
+    return summary.filter(pl.col("cert_pb_data_mean").is_not_null())
+
+
+def plot(summary: pl.DataFrame, path: Path, save: Save) -> None:
+    """One panel per (regime, loss, m): every rung against n (log-log)."""
+    ladder = rows(summary)
+    groups = list(ladder.group_by(["regime", "loss", "m"], maintain_order=True))[:MAX_PANELS]
+    fig, axes = panels(len(groups))
+    for ax, ((regime, loss, m), group) in zip(axes, groups, strict=False):
+        group = group.sort("n")
+        for label, expr, color, style in RUNGS:
+            values = group.select(pl.col("n"), expr.alias("value")).drop_nulls()
+            values = values.filter(pl.col("value") > 0)
+            if values.height:
+                ax.plot(
+                    values["n"], values["value"], style, marker="o", ms=3, color=color, label=label
+                )
+        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss")
+        ax.set_title(f"{regime} / {loss}, m = {m}", fontsize=9)
+    if groups:
+        axes[0].legend(fontsize=6)
+    save(fig, path)
+
+
+def section(summary: pl.DataFrame, out: Path, save: Save, html_table: Callable[..., str]) -> str:
+    """The ladder section ("" when no cell carries it)."""
+    ladder = rows(summary)
+    if ladder.is_empty():
+        return ""
+    plot(summary, out / "ladder.png", save)
+    columns = [
+        "regime",
+        "loss",
+        "m",
+        "n",
+        "seeds",
+        "test_loss_mean",
+        "gibbs_test_loss_mean",
+        "cert_test_set_mean",
+        "cert_pb_data_mean",
+        "cert_pb_data_kl_mean",
+        "cert_pb_data_excess_ratio_mean",
+        "cert_pb_free_mean",
+        "cert_pb_free_kl_mean",
+        "best_bound_mean",
+        "uniform_deviation_est_mean",
+        "gap_mean",
+    ]
+    view = ladder.select([c for c in columns if c in ladder.columns])
+    return f"""<h2>How loose? The certificate ladder</h2>
+<p>Every rung as a bound on (or estimate of) the head's population loss, means over seeds: the
+PAC-Bayes certificates bound the Gibbs head's loss (gray), the others the head's own; the
+Rademacher bound bounds the uniform deviation, which the ascent estimates from below.
+<code>cert_pb_data_excess_ratio</code>: the data-dependent certificate's excess over the Gibbs
+held-out loss, relative to that of a test-set certificate from as many tuples.</p>
+<img src="ladder.png">{html_table(view, limit=200)}"""
