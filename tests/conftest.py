@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from tests import services
 
 REPO = Path(__file__).resolve().parent.parent
+# the input-fingerprint cache (crl.core.fingerprints) of the tests and the commands they start
+os.environ.setdefault("CRL_CACHE_DIR", tempfile.mkdtemp(prefix="crl-test-cache-"))
 
 
 def crl(

@@ -26,6 +26,7 @@ from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
 from crl.core.dense_config import IMAGE_KINDS, DenseConfig
 from crl.core.errors import ConfigError
+from crl.core.fingerprints import input_fingerprints
 from crl.core.grid_config import GRID_AXES as GRID_AXES
 from crl.core.grid_config import LOSSES as LOSSES
 from crl.core.grid_config import NORMALISE as NORMALISE
@@ -154,6 +155,7 @@ class Config(_Run):
         "dataset.clip",
         "eval.oracle_anchors",
         "eval.ladder",
+        "inputs",
     )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
@@ -165,6 +167,10 @@ class Config(_Run):
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     dense: DenseConfig | None = None
+    # {config field: content fingerprint} of the external files the run reads, set by `load`
+    # (crl.core.fingerprints); part of the hash, so a changed file gives a new run. A value
+    # written in the YAML is replaced.
+    inputs: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _sections(self) -> Config:
@@ -324,8 +330,14 @@ def overrides_naming_code(config: Config, overrides: list[str]) -> list[str]:
 
 
 def load(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read YAML at `path`, apply dotted `overrides`, validate. Raises ConfigError (one line)."""
-    return validate(with_overrides(_read_yaml(path), list(overrides)))
+    """Read YAML at `path`, apply dotted `overrides`, validate, and fingerprint the inputs it
+    names (`Config.inputs`). Raises ConfigError (one line)."""
+    return with_inputs(validate(with_overrides(_read_yaml(path), list(overrides))))
+
+
+def with_inputs(config: Config) -> Config:
+    """`config` with `inputs` set to the fingerprints of the files it reads now."""
+    return config.model_copy(update={"inputs": input_fingerprints(config)})
 
 
 class ConstantsConfig(_Strict):

@@ -91,7 +91,7 @@ def cells(
 def aggregate(
     config: crl_config.Config, paths: RunPaths, cell_files: list[Path]
 ) -> tuple[int, int]:
-    prov = runtime.provenance(config.hash(), config.run_id())
+    prov = runtime.provenance(config.hash(), config.run_id(), config.inputs)
     ms = config.eval.m_star
     spec = tables.MStarSpec(
         tuple(config.m_star_metrics()),

@@ -4,6 +4,7 @@ crl.orchestration.local_prefect."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shutil
@@ -180,7 +181,10 @@ def git_commit() -> str:
         return "unknown"
 
 
-def provenance(config_hash: str, run_id: str) -> dict[str, str]:
+def provenance(
+    config_hash: str, run_id: str, inputs: dict[str, str] | None = None
+) -> dict[str, str]:
     """The columns every output table carries, in the order of PROVENANCE_COLUMNS."""
-    values = (run_id, config_hash, crl.__version__, git_commit())
+    fingerprints = json.dumps(inputs or {}, sort_keys=True)
+    values = (run_id, config_hash, crl.__version__, git_commit(), fingerprints)
     return dict(zip(PROVENANCE_COLUMNS, values, strict=True))

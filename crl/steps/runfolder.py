@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,8 +141,41 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
         )
     paths = RunPaths(writable(out) / config.run_id())
     _writable_run_folder(paths)
+    if not paths.root.exists():
+        note = changed_inputs(config, paths.root.parent)
+        if note:
+            sys.stderr.write(note + "\n")
     paths.record(config)
     return paths
+
+
+def changed_inputs(config: Config, out: Path) -> str | None:
+    """One line when a run of the same config read other inputs (crl.core.fingerprints): the
+    fields whose fingerprints differ and the new folder; None otherwise."""
+    if config.inputs is None:
+        return None
+    mine = config.model_dump(mode="json")
+    mine.pop("inputs")
+    for record in sorted(out.glob(f"{config.name}-*/config.json")):
+        try:
+            theirs = json.loads(record.read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not isinstance(theirs, dict):
+            continue
+        before = theirs.pop("inputs", None) or {}
+        if theirs != mine or before == config.inputs:
+            continue
+        moved = ", ".join(
+            f"{field} {before.get(field, 'unrecorded')} -> {value}"
+            for field, value in sorted(config.inputs.items())
+            if before.get(field) != value
+        )
+        return (
+            f"crl: inputs changed since {record.parent} ({moved}); computing a new run in "
+            f"{out / config.run_id()}"
+        )
+    return None
 
 
 # float64 copies of theta = (M, B) a paired fit holds at once: the iterate, the extrapolated

@@ -361,3 +361,32 @@ def test_kill_9_of_crl_alone_leaves_no_server_or_ray_behind(tmp_path: Path) -> N
         time.sleep(0.5)
         folders = list(Path(tempfile.gettempdir()).glob(f"crl-ray-{driver.pid}-*"))
     assert folders == []  # and the private Ray's folders are gone
+
+
+def test_a_changed_user_file_is_recomputed_not_reused(tmp_path: Path) -> None:
+    """The issue's scenario: run on emb.parquet, overwrite it with other embeddings, run again:
+    the second run computes its cells in a new folder (one line says why) and its tables hold
+    the new file's numbers."""
+
+    def write_embeddings(seed: int, scale: float) -> None:
+        rng = __import__("numpy").random.default_rng(seed)
+        pl.DataFrame(
+            {"x": (scale * rng.normal(size=(80, 4))).tolist(), "label": [i % 2 for i in range(80)]}
+        ).write_parquet(tmp_path / "emb.parquet")
+
+    write_embeddings(0, 1.0)
+    tree = dict(SMALL, dataset={"kind": "parquet", "path": str(tmp_path / "emb.parquet")})
+    tree["grid"] = dict(SMALL["grid"], n=[20])
+    path = write_config(tmp_path, tree)
+    run = ("run", str(path), "--out", str(tmp_path / "runs"), "--executor", "local", "--quiet")
+    first = crl(*run)
+    assert first.returncode == 0, first.stderr[-2000:]
+    write_embeddings(1, 5.0)
+    second = crl(*run)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "inputs changed since" in second.stderr and "dataset.path" in second.stderr
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2
+    tables = [pl.read_parquet(f / "tables" / "cells.parquet") for f in folders]
+    assert tables[0]["inputs"][0] != tables[1]["inputs"][0]
+    assert tables[0]["train_loss"].to_list() != tables[1]["train_loss"].to_list()

@@ -19,6 +19,7 @@ PROVENANCE = {
     "config_hash": "abc",
     "crl_version": "0.1.0",
     "git_commit": "deadbeef-dirty",
+    "inputs": "{}",
 }
 
 
