@@ -52,7 +52,7 @@ def test_write_check_tables(units: Path, tmp_path: Path) -> None:
     )
     assert set(out) == {"checks", "checks_summary"}
     for name, frame in out.items():
-        assert tuple(frame.columns[:4]) == PROVENANCE_COLUMNS
+        assert tuple(frame.columns[: len(PROVENANCE_COLUMNS)]) == PROVENANCE_COLUMNS
         for column, value in PROVENANCE.items():
             assert frame[column].to_list() == [value] * frame.height
         on_disk = pl.read_parquet(tmp_path / "tables" / f"{name}.parquet")
@@ -60,7 +60,7 @@ def test_write_check_tables(units: Path, tmp_path: Path) -> None:
     assert list((tmp_path / ".staging").iterdir()) == []
 
     frame = out["checks"]
-    assert tuple(frame.columns[4:]) == checks.ROW_KEYS
+    assert tuple(frame.columns[len(PROVENANCE_COLUMNS) :]) == checks.ROW_KEYS
     expected = sorted(
         _expected_rows(), key=lambda r: (r["statement"], r["instance"], r["quantity"])
     )

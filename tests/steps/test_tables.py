@@ -48,7 +48,11 @@ def test_with_provenance_puts_the_columns_first() -> None:
 def test_collect_cells_puts_provenance_first_and_sorts_by_key(
     cells: pl.DataFrame, cell_files: list[Path]
 ) -> None:
-    assert cells.columns[:6] == [*PROVENANCE_COLUMNS, "cell_id", "dataset"]
+    assert cells.columns[: len(PROVENANCE_COLUMNS) + 2] == [
+        *PROVENANCE_COLUMNS,
+        "cell_id",
+        "dataset",
+    ]
     assert cells.height == len(cell_files) == len(cell_rows())
     assert set(cells.columns) == {*PROVENANCE_COLUMNS, *cell_rows()[0]}
     keys = cells.select([*keys_of(cells), "seed"]).rows()
@@ -70,7 +74,7 @@ def test_summarise_mean_std_and_seed_ci(summary: pl.DataFrame) -> None:
     keys = keys_of(summary)
     assert summary.select(keys).rows() == sorted(summary.select(keys).rows())
     assert summary.height == 6 + 2 + 2
-    assert summary.columns[:4] == list(PROVENANCE_COLUMNS)
+    assert summary.columns[: len(PROVENANCE_COLUMNS)] == list(PROVENANCE_COLUMNS)
     for record in summary.iter_rows(named=True):
         group = _group(rows, record["regime"], record["loss"], record["m"], record["n"])
         k = len(group)
@@ -256,7 +260,7 @@ def test_write_grid_tables(cell_files: list[Path], tmp_path: Path) -> None:
     for name, frame in out.items():
         back = pl.read_parquet(tmp_path / "tables" / f"{name}.parquet")
         assert back.equals(frame, null_equal=True)
-        assert back.columns[:4] == list(PROVENANCE_COLUMNS)
+        assert back.columns[: len(PROVENANCE_COLUMNS)] == list(PROVENANCE_COLUMNS)
     assert out["cells"].equals(tables.collect_cells(cell_files, PROVENANCE))
     # the same cells give byte-identical tables (a resumed run equals an uninterrupted one)
     again = tmp_path / "again"
