@@ -1,4 +1,5 @@
-"""The `crl` command: run, check, query, report, bench. Bad input exits 2 with one line."""
+"""The `crl` command: run, check, report, bench here; runs, query, diff in crl.cli.runs; deploy,
+serve, submit in crl.cli.deploy. Bad input exits 2 with one line."""
 
 from __future__ import annotations
 
@@ -187,28 +188,6 @@ def check(
 
 
 @app.command()
-def query(
-    run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
-    sql: Annotated[
-        str, typer.Argument(help='e.g. "select regime, avg(gap) from cells group by regime"')
-    ],
-    out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
-    rows: Annotated[int, typer.Option(help="rows to print")] = 50,
-) -> None:
-    """Polars SQL over the run's tables (cells, summary, fits, and failures/checks when present)."""
-    import polars as pl
-
-    tables = _run_dir(run, out) / "tables"
-    context = pl.SQLContext({p.stem: pl.scan_parquet(p) for p in sorted(tables.glob("*.parquet"))})
-    try:
-        frame = context.execute(sql, eager=True)
-    except Exception as err:  # Polars raises several error types for bad SQL
-        fail(f"query: {str(err).splitlines()[0]}")
-    with pl.Config(tbl_rows=rows, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=40):
-        typer.echo(str(frame))
-
-
-@app.command()
 def report(
     run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
     out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
@@ -288,3 +267,4 @@ def main() -> None:
 
 
 from crl.cli import deploy as _deploy_commands  # noqa: E402,F401  (registers deploy/serve/submit)
+from crl.cli import runs as _runs_commands  # noqa: E402,F401  (registers runs/query/diff)

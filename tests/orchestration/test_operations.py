@@ -71,7 +71,11 @@ def test_flow_runs_publish_artifacts_read_back_from_the_api(tmp_path: Path) -> N
     env = {**os.environ, "PREFECT_API_URL": services.session_prefect().api}
     out = subprocess.run(
         [sys.executable, "-c", ARTIFACTS, str(path), str(tmp_path / "runs")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [line.split() for line in out.stdout.splitlines() if line.startswith("ARTIFACT")]
@@ -145,15 +149,18 @@ def test_bad_config_files_exit_2_with_one_bounded_line(tmp_path: Path) -> None:
     _one_line_exit_2(crl("run", str(latin), "--out", str(tmp_path / "runs")), "not UTF-8")
     bomb = tmp_path / "bomb.yaml"  # a YAML alias bomb: every level doubles the last
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
-    levels += [f"a{i}: &a{i} [*a{i-1}, *a{i-1}, *a{i-1}, *a{i-1}]" for i in range(1, 9)]
+    levels += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 9)]
     bomb.write_text("\n".join(levels) + "\nname: *a8\n")
     _one_line_exit_2(crl("run", str(bomb), "--out", str(tmp_path / "runs")), "config field")
     empty = tmp_path / "empty.parquet"
-    pl.DataFrame({"x": [[], []], "label": [0, 1]}, schema={"x": pl.List(pl.Float32),
-                                                           "label": pl.Int64}).write_parquet(empty)
+    pl.DataFrame(
+        {"x": [[], []], "label": [0, 1]}, schema={"x": pl.List(pl.Float32), "label": pl.Int64}
+    ).write_parquet(empty)
     tree = dict(SMALL, dataset={"kind": "parquet", "path": str(empty)})
-    _one_line_exit_2(crl("run", str(write_config(tmp_path, tree, "p.yaml")), "--out",
-                         str(tmp_path / "runs")), "empty list")
+    _one_line_exit_2(
+        crl("run", str(write_config(tmp_path, tree, "p.yaml")), "--out", str(tmp_path / "runs")),
+        "empty list",
+    )
 
 
 @pytest.mark.parametrize(
@@ -172,10 +179,20 @@ def test_a_backbone_module_runs_nothing_but_a_network(
     during validation, then exited 2; `sys:exit` exited 0 having run nothing."""
     marker = tmp_path / "x"
     out = crl(
-        "run", "conf/dense.yaml", "--executor", "local", "--out", str(tmp_path / "runs"),
-        "--set", "dense.backbone.kind=module", "--set", f"dense.backbone.module={module}",
-        "--set", f'dense.backbone.module_kwargs={{command: "id > {marker}"}}'
-        if module == "os:system" else "dense.backbone.module_kwargs={}",
+        "run",
+        "conf/dense.yaml",
+        "--executor",
+        "local",
+        "--out",
+        str(tmp_path / "runs"),
+        "--set",
+        "dense.backbone.kind=module",
+        "--set",
+        f"dense.backbone.module={module}",
+        "--set",
+        f'dense.backbone.module_kwargs={{command: "id > {marker}"}}'
+        if module == "os:system"
+        else "dense.backbone.module_kwargs={}",
         timeout=120,
     )
     _one_line_exit_2(out, "config field dense.backbone", words)
@@ -206,7 +223,10 @@ def test_report_interrupted_exits_130_with_one_line(tmp_path: Path) -> None:
     _grid_tables(tmp_path / "run")
     driver = subprocess.Popen(
         [sys.executable, "-m", "crl", "report", str(tmp_path / "run")],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60  # the first plot is written: the report is under way
     while time.monotonic() < deadline and not list((tmp_path / "run" / "report").glob("*.png")):
@@ -247,8 +267,9 @@ def test_prefect_home_defaults_to_a_writable_cache(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CRL_PREFECT_HOME"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     code = "from crl.orchestration import local_prefect; print(local_prefect.prefect_home())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO
+    )
     assert out.stdout.strip() == str(tmp_path / "cache" / "crl" / "prefect")
     assert local_prefect.prefect_home() != REPO / ".prefect" or os.environ.get("CRL_PREFECT_HOME")
 
@@ -264,14 +285,23 @@ def test_interrupt_stops_at_once_and_the_rerun_resumes(tmp_path: Path, sig: int)
         env["PREFECT_API_URL"] = services.session_prefect().api
     driver = subprocess.Popen(
         [sys.executable, "-m", "crl", "run", str(path), "--out", str(runs), "--quiet"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(runs.glob("*/cells/*.parquet"))) < 2:
         assert driver.poll() is None, "the run finished before it could be interrupted"
         time.sleep(0.05)
-    children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == driver.pid
-                and b"crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+    children = [
+        p
+        for p in os.listdir("/proc")
+        if p.isdigit()
+        and _parent(p) == driver.pid
+        and b"crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
     assert children  # Ray's processes, and Prefect's temporary server when crl started one
     sent = time.monotonic()
     driver.send_signal(sig)
@@ -312,8 +342,17 @@ def test_cells_from_another_commit_are_reused_visibly_or_recomputed(tmp_path: Pa
     runs = tmp_path / "runs"
 
     def run(commit: str, *extra: str) -> subprocess.CompletedProcess:
-        out = crl("run", str(path), "--out", str(runs), "--quiet", "--executor", "local", *extra,
-                  env={"CRL_GIT_COMMIT": commit})
+        out = crl(
+            "run",
+            str(path),
+            "--out",
+            str(runs),
+            "--quiet",
+            "--executor",
+            "local",
+            *extra,
+            env={"CRL_GIT_COMMIT": commit},
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return out
 
@@ -335,7 +374,9 @@ def test_kill_9_of_crl_alone_leaves_no_server_or_ray_behind(tmp_path: Path) -> N
     runs = tmp_path / "runs"
     driver = subprocess.Popen(
         [sys.executable, "-m", "crl", "run", str(path), "--out", str(runs), "--quiet"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(runs.glob("*/cells/*.parquet"))) < 3:
@@ -343,8 +384,11 @@ def test_kill_9_of_crl_alone_leaves_no_server_or_ray_behind(tmp_path: Path) -> N
         time.sleep(0.05)
     from crl.orchestration import watchdog
 
-    started = {p: s for p, s in watchdog.descendants(driver.pid).items()
-               if "crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_text()}
+    started = {
+        p: s
+        for p, s in watchdog.descendants(driver.pid).items()
+        if "crl.orchestration.watchdog" not in Path(f"/proc/{p}/cmdline").read_text()
+    }
     assert started
     driver.kill()
     driver.wait()
@@ -352,8 +396,11 @@ def test_kill_9_of_crl_alone_leaves_no_server_or_ray_behind(tmp_path: Path) -> N
     alive = started
     while time.monotonic() < deadline and alive:
         time.sleep(0.5)
-        alive = {p: s for p, s in started.items() if watchdog._stat(p) not in (None,)
-                 and watchdog._stat(p)[1] == s}
+        alive = {
+            p: s
+            for p, s in started.items()
+            if watchdog._stat(p) not in (None,) and watchdog._stat(p)[1] == s
+        }
     assert not alive, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in alive]
     deadline = time.monotonic() + 15
     folders = [1]
@@ -390,3 +437,48 @@ def test_a_changed_user_file_is_recomputed_not_reused(tmp_path: Path) -> None:
     tables = [pl.read_parquet(f / "tables" / "cells.parquet") for f in folders]
     assert tables[0]["inputs"][0] != tables[1]["inputs"][0]
     assert tables[0]["train_loss"].to_list() != tables[1]["train_loss"].to_list()
+    _the_catalogue_query_and_diff_follow_them(tmp_path / "runs", folders, tables)
+
+
+def _the_catalogue_query_and_diff_follow_them(
+    runs: Path, folders: list[Path], tables: list[pl.DataFrame]
+) -> None:
+    """`crl runs`, `crl query` over the folder of runs, `crl diff` and the formats, on the two
+    runs of the changed-input scenario."""
+    import json
+
+    listed = crl("runs", "--out", str(runs), "--format", "json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    entries = {e["run_id"]: e for e in json.loads(listed.stdout)}
+    assert set(entries) == {f.name for f in folders}
+    for folder, table in zip(folders, tables, strict=True):
+        entry = entries[folder.name]
+        assert entry["status"] == "complete" and entry["kind"] == "grid"
+        assert entry["cells_done"] == entry["cells_total"] == table.height
+        assert entry["cells_failed"] == 0
+        assert json.loads(entry["inputs"]) == json.loads(table["inputs"][0])
+        assert entry["git_commit"] == table["git_commit"][0]
+    sql = "select run_id, avg(train_loss) as loss, count(*) as cells from cells group by run_id"
+    union = crl("query", str(runs), sql, "--format", "csv")
+    assert union.returncode == 0, union.stderr[-2000:]
+    frame = pl.read_csv(__import__("io").StringIO(union.stdout)).sort("run_id")
+    assert frame["run_id"].to_list() == sorted(f.name for f in folders)
+    expected = sorted(
+        (f.name, t["train_loss"].mean()) for f, t in zip(folders, tables, strict=True)
+    )
+    assert frame["loss"].to_list() == pytest.approx([loss for _, loss in expected], rel=1e-12)
+    target = runs.parent / "union.parquet"
+    saved = crl(
+        "query", str(runs), "select * from summary", "--format", "parquet", "-o", str(target)
+    )
+    assert saved.returncode == 0 and pl.read_parquet(target)["run_id"].n_unique() == 2
+    refused = crl("query", str(runs), "select 1", "--format", "parquet")
+    _one_line_exit_2(refused, "-o FILE")
+    moved = crl("diff", str(folders[0]), str(folders[1]), "--format", "json")
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    rows = json.loads(moved.stdout)
+    summaries = [pl.read_parquet(f / "tables" / "summary.parquet") for f in folders]
+    assert len(rows) == summaries[0].height
+    first = rows[0]
+    assert first["gap_change"] == pytest.approx(first["gap_b"] - first["gap_a"])
+    assert first["gap_a"] == pytest.approx(summaries[0]["gap_mean"][0])
