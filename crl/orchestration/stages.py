@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure
-from crl.steps import cells, check_unit, data, image_data
+from crl.steps import cells, check_unit, data, image_data, schema
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.dense.embed import DenseEmbedder
 from crl.steps.embed import Embedder, features_path
@@ -194,7 +194,8 @@ def run_cells(
             {"cell_id": f["cell_id"], **f["key"], "error": f["error"], "traceback": f["traceback"]}
             for f in failures
         ]
-        write_parquet_atomic(pa.Table.from_pylist(rows), failures_file, paths.staging)
+        table = schema.describe("failures", pa.Table.from_pylist(rows))
+        write_parquet_atomic(table, failures_file, paths.staging)
     else:
         failures_file.unlink(missing_ok=True)
     files = [paths.cell(k.cell_id(config_hash)) for k in keys]

@@ -12,7 +12,7 @@ import polars as pl
 
 from crl.kernels import rates, saturation, stats
 from crl.kernels import tracking as ranks
-from crl.steps import digest, frontier, oracle, tables, tracking
+from crl.steps import digest, frontier, oracle, schema, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
 
 GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
@@ -40,7 +40,8 @@ def write_grid_tables(
     if oracles is not None:
         out["oracle"] = oracles
     for name, frame in out.items():
-        write_parquet_atomic(frame.to_arrow(), tables_dir / f"{name}.parquet", staging)
+        described = schema.describe(name, frame.to_arrow())
+        write_parquet_atomic(described, tables_dir / f"{name}.parquet", staging)
     return out
 
 

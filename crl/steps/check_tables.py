@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from crl.steps import schema
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.tables import with_provenance
 
@@ -41,5 +42,6 @@ def write_check_tables(
         "checks_summary": with_provenance(summarise_checks(frame), provenance),
     }
     for name, table in out.items():
-        write_parquet_atomic(table.to_arrow(), tables_dir / f"{name}.parquet", staging)
+        described = schema.describe(name, table.to_arrow())
+        write_parquet_atomic(described, tables_dir / f"{name}.parquet", staging)
     return out

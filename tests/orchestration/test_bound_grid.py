@@ -352,3 +352,10 @@ def test_small_cnn_on_non_square_inputs_exit_2_nothing_written(tmp_path: Path) -
     assert out.returncode == 2 and "encoder.kind" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_every_column_of_every_table_is_described(tiny_run: dict) -> None:
+    from tests.schema_check import assert_described
+
+    checked = assert_described(tiny_run["dir"] / "tables")
+    assert {"cells", "summary", "fits", "frontier"} <= set(checked)

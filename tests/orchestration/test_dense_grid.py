@@ -125,3 +125,9 @@ def test_summary_report_and_rerun(dense_run: dict) -> None:
     after = {p.name: p.read_bytes() for p in (run_dir / "tables").glob("*.parquet")}
     assert after.keys() == dense_run["before"].keys()
     assert "(17 already done, 0 computed" in dense_run["second"].stdout
+
+
+def test_every_column_of_every_table_is_described(dense_run: dict) -> None:
+    from tests.schema_check import assert_described
+
+    assert "cells" in assert_described(dense_run["dir"] / "tables")

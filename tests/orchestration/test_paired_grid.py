@@ -241,3 +241,9 @@ def test_every_paired_column_is_documented(paired_run: dict, pairs_run: dict) ->
     documented = _documented_paired_columns()
     for run in (paired_run, pairs_run):
         assert set(run["cells"].columns) <= documented, set(run["cells"].columns) - documented
+
+
+def test_every_column_of_every_table_is_described(paired_run: dict) -> None:
+    from tests.schema_check import assert_described
+
+    assert {"cells", "summary", "fits"} <= set(assert_described(paired_run["dir"] / "tables"))

@@ -24,7 +24,9 @@ def test_every_statement_holds(tmp_path: Path) -> None:
         assert column in rows.columns
     exact = rows.filter(pl.col("method") == "exact")
     assert (exact["ci"] == 0).all()
-    equality = pl.col("statement").is_in(["S1_value_at_zero", "S4_decomposition"])
+    equality = pl.col("statement").is_in(
+        ["S1_value_at_zero", "S4_decomposition", "CERT_kl_inverse", "CERT_gaussian_kl"]
+    )
     inequalities = rows.filter(~equality)
     assert (inequalities["slack"] == inequalities["rhs"] - inequalities["lhs"]).all()
     equalities = rows.filter(equality)
@@ -33,6 +35,9 @@ def test_every_statement_holds(tmp_path: Path) -> None:
     assert summary["all_held"].all() and (summary["instances"] >= 1).all()
     assert (run_dir / "report" / "slack.png").read_bytes()[:4] == b"\x89PNG"
     assert "S2_contraction" in out.stdout
+    from tests.schema_check import assert_described
+
+    assert assert_described(run_dir / "tables") == ["checks", "checks_summary"]
 
 
 def test_wrong_constant_fails_and_names_the_statement(tmp_path: Path) -> None:
