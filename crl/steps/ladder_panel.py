@@ -1,6 +1,7 @@
 """The report's ladder section: for every (regime, loss, m) whose cells carry the PAC-Bayes
 rungs, at the report's reference setting, the rungs against n on one log axis, all as bounds
-on (or estimates of) the head's population loss:
+on (or estimates of) the head's population loss, in fractions of the loss's range
+((value - loss_min) / loss_range, so that losses below 0, as LSE's, show):
 
 held-out loss (`test_loss`), the data-dependent Gibbs head's held-out loss (`gibbs_test_loss`),
 the test-set certificate, the PAC-Bayes certificates (data-free, data-dependent), the best
@@ -57,14 +58,18 @@ def plot(summary: pl.DataFrame, path: Path, save: Save) -> None:
     fig, axes = panels(len(groups))
     for ax, ((regime, loss, m), group) in zip(axes, groups, strict=False):
         group = group.sort("n")
+        low = pl.col("loss_min") if "loss_min" in group.columns else pl.lit(0.0)
         for label, expr, color, style in RUNGS:
-            values = group.select(pl.col("n"), expr.alias("value")).drop_nulls()
+            scaled = (expr - low) / pl.col("loss_range")
+            values = group.select(pl.col("n"), scaled.alias("value")).drop_nulls()
             values = values.filter(pl.col("value") > 0)
             if values.height:
                 ax.plot(
                     values["n"], values["value"], style, marker="o", ms=3, color=color, label=label
                 )
-        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss")
+        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="(loss - loss_min) / loss range")
+        ax.set_xticks(group["n"].to_list(), [str(n) for n in group["n"].to_list()])
+        ax.minorticks_off()
         ax.set_title(f"{regime} / {loss}, m = {m}", fontsize=9)
     if groups:
         axes[0].legend(fontsize=6)

@@ -135,6 +135,7 @@ HOLDS = [
 ]
 FIRST = [
     "family",
+    "loss_min",
     "loss_range",
     "sampling",
     "tau",

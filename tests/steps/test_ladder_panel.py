@@ -26,6 +26,7 @@ def _summary(with_ladder: bool) -> pl.DataFrame:
                     "gap_mean": 0.1,
                     "best_bound_mean": 12.0,
                     "cert_test_set_mean": 2.9,
+                    "loss_range": 20.0,
                     "gibbs_test_loss_mean": 2.3 if with_ladder else None,
                     "cert_pb_data_mean": 3.0 + 1000 / n if with_ladder else None,
                     "cert_pb_free_mean": 5.0 if with_ladder else None,
