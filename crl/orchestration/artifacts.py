@@ -1,6 +1,7 @@
 """Prefect artifacts of a run, so the Prefect UI shows results and not only states: a table of
 the summary (gap and bounds per cell key, or slack per statement) and a markdown page with the
-headline numbers and where the tables and the report live."""
+headline numbers, where the tables and the report live, and how the numbers moved against the
+previous run of the same config name (crl.steps.catalogue)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import math
 from pathlib import Path
 
 import polars as pl
+
+from crl.steps import catalogue
 
 GRID_COLUMNS = [
     "regime",
@@ -43,17 +46,26 @@ def publish_grid(run_dir: Path, report: str, checked: int, held: int, result: di
         table=_json_rows(summary.select([c for c in GRID_COLUMNS if c in summary.columns])),
         description=f"gap and certified bounds per cell key (means over seeds), {run_dir.name}",
     )
+    previous = catalogue.previous_run(run_dir)
+    changes = (
+        catalogue.change_lines(previous, run_dir)
+        if previous is not None
+        else ["- no earlier run of this config name beside it"]
+    )
     create_markdown_artifact(
         key="crl-grid-run",
         markdown="\n".join(
             [
                 f"# crl run {run_dir.name}",
+                f"- run folder: `{run_dir}`",
                 f"- cells: {result['cells_total']} ({result['cells_skipped']} already done, "
                 f"{result['cells_computed']} computed, {len(result['failures'])} failed)",
                 f"- certified bounds held in {held} of {checked} (cell, bound) pairs",
                 f"- tables: `{run_dir / 'tables'}` (cells, summary, fits)",
                 f"- report: `{report}`",
                 f"- ran on: {result['where']}",
+                "## Changes against the previous run",
+                *changes,
             ]
         ),
         description=f"where the tables and the report of {run_dir.name} live",

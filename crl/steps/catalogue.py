@@ -165,3 +165,38 @@ def diff(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     changes = [(pl.col(f"{q}_b") - pl.col(f"{q}_a")).alias(f"{q}_change") for q in quantities]
     ordered = [c for q in quantities for c in (f"{q}_a", f"{q}_b", f"{q}_change")]
     return joined.with_columns(changes).select([*keys, *ordered])
+
+
+def previous_run(run_dir: Path) -> Path | None:
+    """The latest other run of the same config name beside `run_dir` with a summary table (by
+    the summary's write time): what a scheduled run is compared with."""
+    name = run_dir.name.rsplit("-", 1)[0]
+    others = [
+        p
+        for p in run_dir.parent.glob(f"{name}-*")
+        if p != run_dir
+        and p.name.rsplit("-", 1)[0] == name
+        and (p / "tables" / "summary.parquet").is_file()
+    ]
+    return max(
+        others, key=lambda p: (p / "tables" / "summary.parquet").stat().st_mtime, default=None
+    )
+
+
+def change_lines(previous: Path, current: Path) -> list[str]:
+    """Markdown lines: for each compared quantity, the grid points both runs have and the
+    largest move from `previous` to `current`."""
+    try:
+        moved = diff(
+            pl.read_parquet(previous / "tables" / "summary.parquet"),
+            pl.read_parquet(current / "tables" / "summary.parquet"),
+        )
+    except Exception as err:  # a damaged table: say so instead of failing the run
+        return [f"- cannot compare with `{previous.name}`: {str(err).splitlines()[0]}"]
+    lines = [f"- against `{previous.name}`: {moved.height} grid points in both"]
+    for column in (c for c in moved.columns if c.endswith("_change")):
+        values = moved[column].drop_nulls().drop_nans()
+        if values.len():
+            top = float(values.abs().max())
+            lines.append(f"  - `{column.removesuffix('_change')}`: largest change {top:.4g}")
+    return lines
