@@ -19,6 +19,8 @@ import hashlib
 import importlib.machinery
 import json
 import os
+import platform
+import sys
 import tempfile
 from pathlib import Path
 
@@ -95,22 +97,33 @@ def path_fingerprint(field: str, path: str | Path, cache: dict[str, str]) -> str
     return _PREFIX + digest.hexdigest()[:16]
 
 
-def module_source(field: str, spec: str) -> Path:
+def module_source(spec: str) -> Path | None:
     """The source file of the module named in 'package.module:Class', found on sys.path part
     by part (importlib.machinery.PathFinder), so that no package's code runs: a config's
-    module is imported only after the checks that may refuse it."""
+    module is imported only after the checks that may refuse it. None when there is no such
+    file (a built-in or missing module: the backbone's own checks say what is wrong)."""
     parts = spec.split(":", 1)[0].split(".")
     search: list[str] | None = None
     found = None
-    for depth, part in enumerate(parts):
+    for part in parts:
         found = importlib.machinery.PathFinder.find_spec(part, search)
         if found is None:
-            name = ".".join(parts[: depth + 1])
-            raise ConfigError(f"config field {field}: cannot find module {name!r}")
+            return None
         search = list(found.submodule_search_locations or [])
     if found is None or not found.origin or not Path(found.origin).is_file():
-        raise ConfigError(f"config field {field}: module {spec!r} has no source file")
+        return None
     return Path(found.origin)
+
+
+def module_fingerprint(spec: str, cache: dict[str, str]) -> str | None:
+    """The module's source fingerprint; a built-in module's is the interpreter's version."""
+    source = module_source(spec)
+    if source is not None:
+        return path_fingerprint("dense.backbone.module", source, cache)
+    name = spec.split(":", 1)[0]
+    if name in sys.builtin_module_names:
+        return f"builtin:python-{platform.python_version()}"
+    return None
 
 
 def digits_file() -> Path:
@@ -139,11 +152,10 @@ def input_fingerprints(config: object) -> dict[str, str] | None:
             found["dense.images.path"] = path_fingerprint("dense.images.path", images.path, cache)
         elif images.kind == "digits":
             found["dense.images.digits"] = path_fingerprint("dense.images", digits_file(), cache)
-        if dense.backbone.kind == "module":
-            source = module_source("dense.backbone.module", dense.backbone.module)
-            found["dense.backbone.module"] = path_fingerprint(
-                "dense.backbone.module", source, cache
-            )
+        module = dense.backbone.module if dense.backbone.kind == "module" else None
+        fingerprint = module_fingerprint(module, cache) if module else None
+        if fingerprint is not None:
+            found["dense.backbone.module"] = fingerprint
     if cache != before:
         _write_cache(cache)
     return found or None
