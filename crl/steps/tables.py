@@ -1,4 +1,5 @@
-"""Polars aggregation: cells -> tables/cells.parquet, summary.parquet, fits.parquet.
+"""Polars aggregation: cells -> tables/cells.parquet, summary.parquet, fits.parquet (the
+summary's columns: crl.steps.summary_columns).
 
 Every table carries the provenance columns (run_id, config_hash, crl_version, git_commit).
 """
@@ -14,136 +15,13 @@ import polars as pl
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import rates, saturation, stats
+from crl.steps.summary_columns import CHECKED_HOLDS as CHECKED_HOLDS
+from crl.steps.summary_columns import FIRST, HOLDS, MEANS, SUMMARISED
 
 OBJECTIVE = ["dataset", "regime", "loss"]
 # the settings a cell is fitted under (constant in a run unless the grid makes them axes)
 SETTINGS = ["R", "temperature", "normalise"]
 DENSE_KEYS = ["negatives", "correspondence", "lam"]  # the dense grid's further axes
-SUMMARISED = [
-    "train_loss",
-    "test_loss",
-    "gap",
-    "test_loss_shared",
-    "gap_outer",
-    "gap_inner",
-    "rademacher",
-    "gamma_m",
-    "gamma_m_complexity_term",
-    "gamma_m_concentration_term",
-    "gamma_S",
-    "gamma_S_complexity_term",
-    "gamma_S_concentration_term",
-    "gamma_E",
-    "gamma_E_complexity_term",
-    "gamma_E_concentration_term",
-    "lse_inner_bound",
-    "sscrl_inner",
-    "sscrl_total",
-    "best_bound",
-    "bound_over_gap",
-    "lse_inner_est",
-    "bound_transfer",
-    "mean_classifier_risk",
-    "mean_classifier_accuracy",
-    "top1_accuracy",
-    "linear_probe_accuracy",
-    "retrieval_auc",
-    # signal (crl.steps.signal)
-    "trivial_loss",
-    "learning_gain",
-    "learning_gain_ci",
-    "learning_gain_rel",
-    "gap_snr",
-    # the certificate ladder (crl.steps.unimodal.certify, .ladder)
-    "cert_test_set",
-    "cert_pb_free",
-    "cert_pb_free_kl",
-    "cert_pb_free_gibbs_test",
-    "cert_pb_data",
-    "cert_pb_data_kl",
-    "gibbs_test_loss",
-    "cert_pb_data_excess_ratio",
-    "uniform_deviation_est",
-    # paired cells (crl.steps.paired.model_cell, .split_cell)
-    "auc_error",
-    "gamma_lin",
-    "gamma_lin_complexity_term",
-    "gamma_lin_concentration_term",
-    "excess_auc",
-    "excess_auc_se",
-    "auc_star",
-    "excess_risk",
-    "oracle_loss",
-    "risk_star",
-    "calibration_rhs",
-    "calibration_slack",
-    "solver_iterations",
-    "solver_criterion",
-    "theta_norm",
-    # dense cells (crl.steps.dense.cell)
-    "train_dense_loss",
-    "test_dense_loss",
-    "gamma_dense_V",
-    "gamma_dense_S",
-    "gamma_dense_S_complexity_term",
-    "gamma_dense_S_concentration_term",
-    "gamma_dense_E",
-    "gamma_dense_E_complexity_term",
-    "gamma_dense_E_concentration_term",
-    "queue_outer_S",
-    "queue_outer_E",
-    "queue_inner",
-    "queue_total",
-    "best_dense_bound",
-    "dense_bound_over_range",
-    "mi_estimate",
-    "mi_lcb",
-    "mi_ceiling",
-    "mi_log1p_m",
-    "dense_probe_accuracy",
-    "dense_probe_majority",
-    "correspondence_top1",
-    "bounds_seconds",
-    "wall_seconds",
-]
-BOUND_HOLDS = [
-    "gamma_m_holds",
-    "gamma_S_holds",
-    "gamma_E_holds",
-    "sscrl_total_holds",
-    "gamma_lin_holds",
-    "gamma_dense_V_holds",
-    "gamma_dense_S_holds",
-    "gamma_dense_E_holds",
-    "queue_outer_S_holds",
-    "queue_outer_E_holds",
-    "queue_total_holds",
-]
-# the inequalities every cell checks: the certified bounds and Li et al.'s calibration (paired)
-CHECKED_HOLDS = [*BOUND_HOLDS, "calibration_holds", "mi_within_log1p_m"]
-HOLDS = [
-    *BOUND_HOLDS,
-    "transfer_holds",
-    "certified",
-    "calibration_holds",
-    "risk_finite",
-    "solver_converged",
-    "on_boundary",
-    "mi_within_log1p_m",
-    "mi_saturated",
-    "learned",
-]
-FIRST = [
-    "family",
-    "loss_min",
-    "loss_range",
-    "sampling",
-    "tau",
-    "bounds_note",
-    "mi_target",
-    "mi_sampling",
-]  # constant within a (key) group
-MEANS = ["test_loss_ci", "rademacher_ci", "test_loss_pool_ci"]  # mean intervals over seeds
 # m* metrics (lower is better) as expressions over the cells table
 M_STAR_METRICS = {
     "excess_auc": pl.col("excess_auc"),
