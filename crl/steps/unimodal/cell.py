@@ -18,13 +18,13 @@ import torch
 from crl.core.config import Config, SyntheticData
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator
-from crl.kernels.solver import SolverSpec
 from crl.steps import data
 from crl.steps.embed import build
 from crl.steps.features import Features, on_unit_sphere
 from crl.steps.keys import CellKey, cell_config
 from crl.steps.signal import signal_columns
 from crl.steps.unimodal import certify, ladder, sampling
+from crl.steps.unimodal.fit import fit_head
 
 
 @dataclass(frozen=True)
@@ -104,20 +104,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     gen = generator(config.seed, cell_id, "cell")
     source = population(config, features)
     draw = source.train(key.n, key.m, key.regime == "sscrl", gen, sampling.BLOCK_ELEMENTS)
-    spec = learner.FitSpec(model.d, model.R, model.steps, model.batch, model.lr)
-    fitted = {"solver_iterations": model.steps, "solver_criterion": None, "solver_converged": None}
-    if model.solver == "apg":
-        solver = SolverSpec(model.tol, model.max_iter)
-        weight, solution = learner.fit_to_tolerance(
-            draw, spec, key.loss, ev.temperature, gen, solver
-        )
-        fitted = {
-            "solver_iterations": solution.iterations,
-            "solver_criterion": solution.criterion,
-            "solver_converged": solution.converged,
-        }
-    else:
-        weight = learner.fit(draw, spec, key.loss, ev.temperature, gen)
+    weight, fitted = fit_head(config, draw, key.loss, gen)
     rad_seed = derive_seed(config.seed, cell_id, "rademacher")
     seen = _sample_pass(
         draw, weight, key.loss, ev.temperature, model.R, ev.rademacher_draws, rad_seed

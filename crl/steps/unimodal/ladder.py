@@ -50,6 +50,7 @@ from crl.kernels import certificates, learner, pac_bayes, stats
 from crl.kernels.solver import SolverSpec, apg, project_ball
 from crl.steps.keys import CellKey
 from crl.steps.unimodal import sampling
+from crl.steps.unimodal.fit import fit_head
 
 NOT_REQUESTED = "eval.ladder is not set"
 SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
@@ -154,19 +155,6 @@ def _rung_columns(prefix: str, cert: Certificate | None, scale: Scale, reason: s
     }
 
 
-def _fit_prior(
-    config: Config, draw: sampling.TrainDraw, key: CellKey, gen: torch.Generator
-) -> torch.Tensor:
-    """The prior's mean: the cell's learner on the prior sample, from its own generator."""
-    model, temperature = config.model, config.eval.temperature
-    spec = learner.FitSpec(model.d, model.R, model.steps, model.batch, model.lr)
-    if model.solver == "apg":
-        solver = SolverSpec(model.tol, model.max_iter)
-        weight, _ = learner.fit_to_tolerance(draw, spec, key.loss, temperature, gen, solver)
-        return weight
-    return learner.fit(draw, spec, key.loss, temperature, gen)
-
-
 def _pac_bayes_reason(
     ladder: LadderConfig | None, draw: sampling.TrainDraw, scale: Scale | None
 ) -> str | None:
@@ -209,7 +197,7 @@ def pac_bayes_columns(
     )
     count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
     prior_draw, rest = sampling.split_anchors(draw, count)
-    prior = _fit_prior(config, prior_draw, key, gen).double()
+    prior = fit_head(config, prior_draw, key.loss, gen)[0].double()
     # scores are invariant under W -> Q W (Q orthogonal), and heads fitted from different
     # starts land on different rotations: the posterior's mean is the head rotated onto the
     # prior's (the posterior may depend on every anchor; the prior does not move)
