@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail
+from crl.cli.app import app, fail, readable_parquet
 
 
 def _run_dir(run: str, out: str) -> Path:
@@ -202,7 +202,7 @@ def report(
     else:
         fail(f"run {run}: {tables} holds no summary/fits or checks tables to report from")
     for name in needed:
-        _readable(tables / f"{name}.parquet")
+        readable_parquet(tables / f"{name}.parquet")
     with _interruptible():
         from crl.steps import check_report
         from crl.steps import report as crl_report
@@ -214,20 +214,6 @@ def report(
                 tables, root / "report", root / ".staging", force=True
             )
     typer.echo(f"crl: report  {page}")
-
-
-def _readable(path: Path) -> None:
-    """A table the report reads must be a whole Parquet file (one line naming it otherwise)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_metadata(path)
-    except (OSError, pa.ArrowException) as err:
-        fail(
-            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]}); "
-            "rerun `crl run` on the run's config to write the tables again"
-        )
 
 
 BENCHES = {

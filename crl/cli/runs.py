@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail
+from crl.cli.app import app, fail, readable_parquet
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -119,8 +119,6 @@ def diff(
         path = folder[0] / "tables" / "summary.parquet"
         if len(folder) != 1 or not path.is_file():
             fail(f"run {run}: expected one run folder with tables/summary.parquet")
-        try:
-            frames.append(pl.read_parquet(path))
-        except Exception as err:  # a damaged table
-            fail(f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})")
+        readable_parquet(path)
+        frames.append(pl.read_parquet(path))
     emit(diff_tables(*frames), fmt, output, rows)
