@@ -110,7 +110,8 @@ def run(
     stages = " | ".join(f"{k} {v:.1f}" for k, v in result["stage_seconds"].items())
     typer.echo(f"crl: wall seconds by stage: {stages}")
     if result["report"]:
-        typer.echo(f"crl: tables  {tables}/{{cells,summary,fits,frontier,tracking}}.parquet")
+        names = ",".join(sorted(p.stem for p in Path(tables).glob("*.parquet")))
+        typer.echo(f"crl: tables  {tables}/{{{names}}}.parquet")
         typer.echo(f"crl: report  {result['report']}")
     if result["failures"]:
         for failure in result["failures"]:

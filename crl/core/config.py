@@ -152,6 +152,7 @@ class Config(_Run):
         *(f"grid.{axis}" for axis in GRID_AXES),
         "dense.grid.R",
         "dense.grid.temperature",
+        "dense.pretrain",
         "dataset.clip",
         "eval.oracle_anchors",
         "eval.ladder",

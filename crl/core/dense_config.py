@@ -170,6 +170,56 @@ class DenseEval(_Strict):
     mi_images: int = Field(128, ge=2)
 
 
+class PretrainConfig(_Strict):
+    """Contrastive pretraining of the random_conv backbone (crl.steps.dense.pretrain) on a split
+    of images that no cell and no held-out evaluation ever draws from, on Ray Train.
+
+    `objective`: "nt_xent" (SimCLR: the pooled features of two augmented views through an MLP
+    projection, in-batch negatives of each worker) or "densecl" ((1 - lam) global + lam dense
+    InfoNCE against queues of `queue` keys from a momentum encoder; dense positives by the
+    crops' geometric correspondence). Views are drawn afresh every epoch with `views`'
+    augmentations. `images` pretraining images are generated (shapes: a stream of their own);
+    finite sources (digits, user Parquet) give `fraction` of their rows, taken from train.
+    `checkpoints`: the epochs after which the backbone is embedded and becomes the cells' axis
+    encoder_epoch (0: the random initialisation). `batch` is the global batch, split evenly
+    over `workers` (Ray Train workers, one GPU each when the cluster has GPUs and `use_gpu`
+    is "auto" or true). Adam with learning rate `lr`.
+    """
+
+    objective: Literal["nt_xent", "densecl"] = "densecl"
+    epochs: int = Field(ge=1, le=10000)
+    checkpoints: list[Annotated[int, Field(ge=0)]] | None = None
+    images: int = Field(4096, ge=2)
+    fraction: float = Field(0.3, gt=0, lt=1)
+    batch: int = Field(64, ge=2)
+    lr: float = Field(1e-3, gt=0)
+    temperature: float = Field(0.2, gt=0)
+    lam: float = Field(0.5, ge=0, le=1)
+    queue: int = Field(1024, ge=1)
+    momentum: float = Field(0.99, ge=0, lt=1)
+    projection: int = Field(64, ge=1)
+    workers: int = Field(1, ge=1)
+    use_gpu: Literal["auto"] | bool = "auto"
+    seed: int = 0
+
+    @property
+    def embedded(self) -> list[int]:
+        """The epochs whose encoder is embedded (the cells' encoder_epoch axis), in order."""
+        return sorted(self.checkpoints or [0, self.epochs])
+
+    @model_validator(mode="after")
+    def _checkpoints(self) -> PretrainConfig:
+        if self.checkpoints is not None:
+            non_empty_unique(self.checkpoints)
+        if self.embedded[-1] > self.epochs:
+            raise ValueError(
+                f"checkpoints: epoch {self.embedded[-1]} is after the last epoch ({self.epochs})"
+            )
+        if self.batch < 2 * self.workers:
+            raise ValueError(f"batch: {self.batch} images over {self.workers} workers is < 2 each")
+        return self
+
+
 class DenseConfig(_Strict):
     """Dense contrastive cells of a run; their rows have family "dense" in the same tables."""
 
@@ -179,3 +229,20 @@ class DenseConfig(_Strict):
     head: DenseHead = DenseHead()
     grid: DenseGrid
     eval: DenseEval = DenseEval()
+    pretrain: PretrainConfig | None = None
+
+    @model_validator(mode="after")
+    def _pretrain_source(self) -> DenseConfig:
+        p = self.pretrain
+        if p is None:
+            return self
+        if self.backbone.kind != "random_conv":
+            raise ValueError("pretrain: only a backbone of kind random_conv is pretrained")
+        if isinstance(self.images, ShapesImages) and "fraction" in p.model_fields_set:
+            raise ValueError("pretrain.fraction: shapes are generated; give pretrain.images")
+        if not isinstance(self.images, ShapesImages) and "images" in p.model_fields_set:
+            raise ValueError(
+                f"pretrain.images: {self.images.kind} images are a finite source; give "
+                "pretrain.fraction (the share of its rows pretraining takes from train)"
+            )
+        return self

@@ -12,6 +12,9 @@ run the same steps:
   private local Ray starts with the first item to run, not before: a rerun whose units are all
   finished never starts one (about 6 s saved); a cluster is connected to at `start`.
 
+`train` runs a training loop of the steps layer: on Ray Train workers (crl.orchestration.train)
+or, with the local executor, in this process.
+
 An application error inside a step becomes a `Failure` (error line and traceback) in the results,
 so the other items go on; the caller decides what a failure means.
 """
@@ -22,6 +25,7 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crl.core.errors import ConfigError
@@ -63,6 +67,19 @@ class _WorkerHost:
         return self.worker(item)
 
 
+@dataclass(frozen=True)
+class Training:
+    """How a training runs: workers, GPUs ("auto": when the cluster has one per worker), Ray
+    Train's storage and run name, the context of a run without workers, and a progress hook."""
+
+    workers: int
+    use_gpu: bool | str
+    storage: Path
+    name: str
+    single: Callable[[], Any]
+    watch: Callable[[], None]
+
+
 class Executor(ABC):
     """Runs steps over items and reports progress; `where` says where they ran."""
 
@@ -96,6 +113,12 @@ class Executor(ABC):
         self, worker: type, args: tuple, items: Sequence[Any], *, label: str, progress: bool = True
     ) -> list[Any]:
         """`worker(*args)(item)` for every item, on a pool of workers sized by the executor."""
+
+    @abstractmethod
+    def train(self, loop: Callable, job: Any, training: Training) -> None:
+        """`loop(job, ctx)` as a (distributed) training: on Ray Train workers, or in this
+        process with `training.single()` as the context; `training.watch()` about once a
+        second meanwhile, and once at the end."""
 
 
 def _threads(cpus: float) -> int:
@@ -143,6 +166,10 @@ class LocalExecutor(Executor):
             results.append(instance(item))
             bar.advance()
         return results
+
+    def train(self, loop: Callable, job: Any, training: Training) -> None:
+        loop(job, training.single())
+        training.watch()
 
 
 class RayExecutor(Executor):
@@ -242,6 +269,20 @@ class RayExecutor(Executor):
             results.append(result)
             bar.advance()
         return results
+
+    def train(self, loop: Callable, job: Any, training: Training) -> None:
+        self._connect()
+        from crl.orchestration.train import fit_on_ray
+
+        fit_on_ray(
+            loop,
+            job,
+            workers=training.workers,
+            use_gpu=training.use_gpu,
+            storage=training.storage,
+            name=training.name,
+            watch=training.watch,
+        )
 
 
 EXECUTORS = ("ray", "local")

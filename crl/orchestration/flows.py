@@ -71,6 +71,11 @@ def materialize(config: crl_config.Config, paths: RunPaths, executor: Executor) 
     return stages.materialize(config, paths, executor)
 
 
+@task(name="pretrain", cache_policy=NO_CACHE)
+def pretrain(config: crl_config.Config, paths: RunPaths, executor: Executor, progress: bool) -> int:
+    return stages.pretrain(config, paths, executor, progress)
+
+
 @task(name="embed", cache_policy=NO_CACHE)
 def embed(config: crl_config.Config, paths: RunPaths, executor: Executor, progress: bool) -> int:
     return stages.embed(config, paths, executor, progress)
@@ -104,6 +109,8 @@ def aggregate(
     cells_table, _ = aggregate_step.write_grid_tables_if_changed(
         cell_files, paths.tables, paths.staging, prov, spec
     )
+    if config.dense is not None and config.dense.pretrain is not None:
+        aggregate_step.write_pretrain_table(paths.pretrain, paths.tables, paths.staging, prov)
     flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]
     if not flags:
         return 0, 0
@@ -138,6 +145,9 @@ def bound_grid(
     clock.lap("start")
     materialize(config, paths, runner)
     clock.lap("materialize")
+    if config.dense is not None and config.dense.pretrain is not None:
+        pretrain(config, paths, runner, progress)
+        clock.lap("pretrain")
     embed(config, paths, runner, progress)
     clock.lap("embed")
     outcome = cells(config, paths, runner, progress, recompute_stale)

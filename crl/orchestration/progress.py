@@ -66,8 +66,8 @@ class Progress:
         step = max(1, self.total // 10)
         return self.done % step == 0 or self.done == self.total
 
-    def advance(self) -> None:
-        """One more unit finished."""
+    def advance(self, detail: str = "") -> None:
+        """One more unit finished (`detail`, if given, ends its line: an epoch's loss)."""
         self.done += 1
         if not self.enabled:
             return
@@ -77,7 +77,7 @@ class Progress:
                 self.bar.stop()
         if not self._on_a_tenth():
             return
-        line = self.line()
+        line = self.line() + (f"  {detail}" if detail else "")
         if self.bar is None:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()

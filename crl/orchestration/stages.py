@@ -13,10 +13,12 @@ import pyarrow.parquet as pq
 
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.orchestration import runtime
-from crl.orchestration.executor import Executor, Failure
+from crl.orchestration.executor import Executor, Failure, Training
+from crl.orchestration.progress import Progress
 from crl.steps import cells, check_unit, data, image_data, schema
 from crl.steps.atomic import write_parquet_atomic
-from crl.steps.dense.embed import DenseEmbedder
+from crl.steps.dense import pretrain as pretrain_step
+from crl.steps.dense.embed import DenseEmbedder, EmbedItem
 from crl.steps.embed import Embedder, features_path
 from crl.steps.runfolder import CheckPaths, RunPaths
 
@@ -67,7 +69,8 @@ def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
 
 
 def _materialize_images(config: Config, paths: RunPaths, executor: Executor) -> int:
-    """The dense section's image shards (both views and their geometry)."""
+    """The dense section's image shards (both views and their geometry), and the pretraining
+    split's source images."""
     if config.dense is None:
         return 0
     plan = image_data.shard_plan(config.dense, image_data.split_sizes(config.dense))
@@ -77,26 +80,84 @@ def _materialize_images(config: Config, paths: RunPaths, executor: Executor) -> 
         image_data.write_image_shard, todo, job, label="image shards", progress=False
     )
     _raise_failures("materialize", results)
-    return len(todo)
+    pretrain_dir = paths.pretrain / "data"
+    plan = image_data.pretrain_plan(config.dense)
+    more = [
+        s for s in plan if not _complete(image_data.pretrain_shard_path(pretrain_dir, s), s.rows)
+    ]
+    job = image_data.ImageShardJob(config.dense, config.seed, pretrain_dir, paths.staging)
+    results = executor.map(
+        image_data.write_pretrain_shard, more, job, label="pretraining shards", progress=False
+    )
+    _raise_failures("materialize", results)
+    return len(todo) + len(more)
+
+
+def pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.PretrainJob:
+    return pretrain_step.PretrainJob(
+        config.dense, image_data.channels(config.dense), paths.pretrain, paths.staging
+    )
+
+
+def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
+    """Pretrain the dense backbone (dense.pretrain) up to its last epoch, from the last finished
+    epoch on disk; a finished pretraining is reused. Returns the epochs trained now."""
+    if config.dense is None or config.dense.pretrain is None:
+        return 0
+    p = config.dense.pretrain
+    job = pretrain_job(config, paths)
+    if pretrain_step.is_done(job):
+        return 0
+    start = pretrain_step.finished_epochs(job)
+    if start:
+        sys.stderr.write(f"crl: pretraining continues after epoch {start} of {p.epochs}\n")
+    bar = Progress(f"pretrain ({p.objective})", p.epochs - start, progress)
+
+    def watch() -> None:
+        while bar.done < pretrain_step.finished_epochs(job) - start:
+            row = pq.read_table(job.epoch_row(start + bar.done + 1)).to_pylist()[0]
+            bar.advance(f"loss {row['loss']:.4f}  {row['images_per_second']:.0f} images/s")
+
+    training = Training(
+        p.workers,
+        p.use_gpu,
+        paths.staging / "ray-train",
+        f"pretrain-{config.run_id()}",
+        pretrain_step.SingleProcess,
+        watch,
+    )
+    try:
+        executor.train(pretrain_step.train, job, training)
+    except (RuntimeError, ValueError) as err:
+        raise StageError(f"pretrain: {err}") from None
+    return p.epochs - start
 
 
 def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress: bool) -> int:
-    """The dense backbone over every image shard without position features."""
+    """The dense backbone over every image shard without position features: the frozen
+    backbone, or each chosen checkpoint of the pretrained one."""
     if config.dense is None:
         return 0
     shards = sorted(paths.dense_data.glob("split=*/part-*.parquet"))
     rows = {s: pq.read_metadata(s).num_rows for s in shards}
+    p = config.dense.pretrain
+    epochs: list[int | None] = [None] if p is None else list(p.embedded)
     todo = [
-        s
+        EmbedItem(epoch, s)
+        for epoch in epochs
         for s in shards
-        if not _complete(paths.dense_features / s.relative_to(paths.dense_data), rows[s])
+        if not _complete(paths.dense_features_of(epoch) / s.relative_to(paths.dense_data), rows[s])
     ]
+    checkpoints = (
+        {} if p is None else {e: pretrain_job(config, paths).checkpoint(e) for e in epochs}
+    )
     args = (
         config.dense,
         image_data.channels(config.dense),
         paths.dense_data,
         paths.dense_features,
         paths.staging,
+        checkpoints,
     )
     executor.map_workers(DenseEmbedder, args, todo, label="dense embed", progress=progress)
     return len(todo)

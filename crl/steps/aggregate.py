@@ -1,6 +1,7 @@
 """The aggregate step: every finished cell into tables/cells, summary, fits (crl.steps.tables),
 frontier (crl.steps.frontier), tracking (crl.steps.tracking) and, with oracle cells, oracle; each
-written atomically, and skipped when nothing they derive from changed."""
+written atomically, and skipped when nothing they derive from changed. With dense.pretrain,
+the pretraining's epochs into tables/pretrain."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from crl.kernels import rates, saturation, stats
 from crl.kernels import tracking as ranks
 from crl.steps import digest, frontier, oracle, schema, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
+from crl.steps.dense.pretrain import epoch_rows
 
 GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
 BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
@@ -68,3 +70,20 @@ def write_grid_tables_if_changed(
     cells = write_grid_tables(cell_files, tables_dir, staging, provenance, m_star)["cells"]
     digest.record(stamp, value, staging)
     return cells, True
+
+
+def write_pretrain_table(
+    pretrain_dir: Path, tables_dir: Path, staging: Path, provenance: dict[str, str]
+) -> pl.DataFrame | None:
+    """tables/pretrain.parquet: one row per finished epoch of pretraining (crl.steps.dense
+    .pretrain), with the provenance columns; None (and no file) before the first epoch."""
+    rows = epoch_rows(pretrain_dir)
+    if rows is None:
+        return None
+    frame = pl.from_arrow(rows).with_columns(
+        [pl.lit(v, dtype=pl.String).alias(k) for k, v in provenance.items()]
+    )
+    frame = frame.select([*provenance, *rows.column_names])
+    described = schema.describe("pretrain", frame.to_arrow())
+    write_parquet_atomic(described, tables_dir / "pretrain.parquet", staging)
+    return frame

@@ -34,7 +34,7 @@ class CellJob:
     staging: Path
     git_commit: str = "unknown"
     paired: model_cell.PairedSource | split_cell.PairedSplits | None = None
-    dense: DenseFeatures | None = None
+    dense: dict[int | None, DenseFeatures] | None = None  # by encoder epoch (None: frozen)
 
 
 def all_keys(config: Config) -> list[CellKey | dense_cell.DenseKey]:
@@ -49,7 +49,13 @@ def cell_job(config: Config, paths: RunPaths, commit: str) -> CellJob:
     if config.dense is None:
         return job
     backbone = config.dense.backbone
-    features = load_dense_features(paths.dense_features, backbone.grid**2, backbone.normalise)
+    pretrain = config.dense.pretrain
+    features = {
+        epoch: load_dense_features(
+            paths.dense_features_of(epoch), backbone.grid**2, backbone.normalise
+        )
+        for epoch in ([None] if pretrain is None else pretrain.embedded)
+    }
     return replace(job, dense=features)
 
 
@@ -70,7 +76,7 @@ def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
     commit of the code that computed it (`cell_git_commit`)."""
     cell_id = key.cell_id(job.config.hash())
     if isinstance(key, dense_cell.DenseKey):
-        row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense)
+        row = dense_cell.run_dense_cell(job.config, key, cell_id, job.dense[key.encoder_epoch])
         row["dataset"] = job.config.dense.images.kind
     elif isinstance(job.paired, model_cell.PairedSource):
         config = cell_config(job.config, key)

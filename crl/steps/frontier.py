@@ -64,6 +64,7 @@ SCHEMA = {
     "negatives": pl.String,
     "correspondence": pl.String,
     "lam": pl.Float64,
+    "encoder_epoch": pl.Int64,
     **VALUES,
     "candidates": pl.Int64,
     "points": pl.Int64,

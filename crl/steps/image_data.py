@@ -8,6 +8,12 @@ Layout: <run>/dense/data/split=train|test|pool/part-00000.parquet, one row per i
   flip1, flip2 (bool: horizontal flip after the crop).
 "pool" holds the images that supply external negatives; it is disjoint from train and test.
 Each shard is a pure function of (images config, views config, run seed, split, shard index).
+
+With `dense.pretrain`, <run>/dense/pretrain/data/part-00000.parquet holds the pretraining images,
+disjoint from every split above: id (int64), source_row (int64: the row of a finite source,
+digits or user Parquet; -1 for generated shapes, whose own stream "pretrain" no split shares),
+image (list<uint8>, c * S * S channel-first pixels at the source's size). Pretraining draws its
+views afresh every epoch, so no view is stored.
 """
 
 from __future__ import annotations
@@ -56,13 +62,11 @@ def _numeric_rows(
     booleans) is a one-line error naming the field."""
     column = table.column(name)
     kind = column.type
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or
-            pa.types.is_fixed_size_list(kind)) or not (
-        pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)
-    ):
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ) or not (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
         raise ConfigError(
-            f"config field dense.images.{field}: {path}:{name} is {kind}, expected lists of "
-            "numbers"
+            f"config field dense.images.{field}: {path}:{name} is {kind}, expected lists of numbers"
         )
     values = column.to_pylist()
     nulls = [i for i, row in enumerate(values) if row is None]
@@ -131,14 +135,31 @@ def _user_images(ds: ParquetImages) -> tuple[np.ndarray, np.ndarray | None, int,
 
 
 def split_sizes(dense: DenseConfig) -> dict[str, int]:
-    """Images per split, known before any work (user Parquet: read from the file)."""
+    """Images per split of the cells, known before any work (user Parquet: read from the
+    file); pretraining's rows of a finite source are taken from train (`pretrain_size`)."""
     ds = dense.images
     if isinstance(ds, ShapesImages):
         return {"train": ds.train_size, "test": ds.test_size, "pool": ds.pool_size}
-    if isinstance(ds, DigitsImages):
-        return _fraction_sizes(DIGITS_ROWS, ds.test_fraction, ds.pool_fraction)
-    rows = _user_images(ds)[0].shape[0]
-    return _fraction_sizes(rows, ds.test_fraction, ds.pool_fraction)
+    rows = DIGITS_ROWS if isinstance(ds, DigitsImages) else _user_images(ds)[0].shape[0]
+    sizes = _fraction_sizes(rows, ds.test_fraction, ds.pool_fraction)
+    sizes["train"] -= _pretrain_rows(dense, rows)
+    return sizes
+
+
+def _pretrain_rows(dense: DenseConfig, rows: int) -> int:
+    """Rows of a finite source that pretraining takes (0 without a pretrain section)."""
+    return 0 if dense.pretrain is None else round(dense.pretrain.fraction * rows)
+
+
+def pretrain_size(dense: DenseConfig) -> int:
+    """Images of the pretraining split (0 without a pretrain section)."""
+    ds = dense.images
+    if dense.pretrain is None:
+        return 0
+    if isinstance(ds, ShapesImages):
+        return dense.pretrain.images
+    rows = DIGITS_ROWS if isinstance(ds, DigitsImages) else _user_images(ds)[0].shape[0]
+    return _pretrain_rows(dense, rows)
 
 
 def channels(dense: DenseConfig) -> int:
@@ -166,15 +187,26 @@ def shard_path(data_dir: Path, spec: ImageShard) -> Path:
     return data_dir / f"split={spec.split}" / f"part-{spec.index:05d}.parquet"
 
 
-def _split_order(rows: int, dense: DenseConfig, seed: int) -> dict[str, np.ndarray]:
-    """Row indices of each split of a finite source (digits, user images): a seeded shuffle."""
+def split_rows(rows: int, dense: DenseConfig, seed: int) -> dict[str, np.ndarray]:
+    """Row indices of each split of a finite source (digits, user images): one seeded shuffle
+    cut into test, pool, pretrain (empty without a pretrain section) and train, so the splits
+    are disjoint and those of a run without pretraining are unchanged but for train."""
     sizes = split_sizes(dense)
     order = torch.randperm(rows, generator=generator(seed, "dense-split")).numpy()
+    cuts = np.cumsum([sizes["test"], sizes["pool"], _pretrain_rows(dense, rows)])
     return {
-        "test": order[: sizes["test"]],
-        "pool": order[sizes["test"] : sizes["test"] + sizes["pool"]],
-        "train": order[sizes["test"] + sizes["pool"] :],
+        "test": order[: cuts[0]],
+        "pool": order[cuts[0] : cuts[1]],
+        "pretrain": order[cuts[1] : cuts[2]],
+        "train": order[cuts[2] :],
     }
+
+
+def _source_rows(dense: DenseConfig, seed: int, spec: ImageShard) -> np.ndarray:
+    """The rows of a finite source that one shard holds."""
+    ds = dense.images
+    rows = DIGITS_ROWS if isinstance(ds, DigitsImages) else _user_images(ds)[0].shape[0]
+    return split_rows(rows, dense, seed)[spec.split][spec.start : spec.start + spec.rows]
 
 
 def _digits(dense: DenseConfig, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,12 +236,9 @@ def source_images(
             parts.append(images.generate(count, ds.size, ds.classes, gen, tuple(ds.objects)))
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     if isinstance(ds, DigitsImages):
-        rows = _split_order(DIGITS_ROWS, dense, seed)[spec.split][
-            spec.start : spec.start + spec.rows
-        ]
-        return _digits(dense, rows)
+        return _digits(dense, _source_rows(dense, seed, spec))
     x, labels, side, _ = _user_images(ds)
-    rows = _split_order(x.shape[0], dense, seed)[spec.split][spec.start : spec.start + spec.rows]
+    rows = _source_rows(dense, seed, spec)
     lab = (
         torch.from_numpy(labels[rows])
         if labels is not None
@@ -252,6 +281,42 @@ class ImageShardJob:
     seed: int
     data_dir: Path
     staging: Path
+
+
+def pretrain_plan(dense: DenseConfig) -> list[ImageShard]:
+    """The pretraining split's shards (`images.shards` of them, none empty)."""
+    size = pretrain_size(dense)
+    per = math.ceil(size / dense.images.shards) if size else 0
+    return [
+        ImageShard("pretrain", i, i * per, min(per, size - i * per))
+        for i in range(dense.images.shards)
+        if per and size - i * per > 0
+    ]
+
+
+def pretrain_shard_path(pretrain_dir: Path, spec: ImageShard) -> Path:
+    return pretrain_dir / f"part-{spec.index:05d}.parquet"
+
+
+def make_pretrain_shard(dense: DenseConfig, seed: int, spec: ImageShard) -> pa.Table:
+    """The rows of one pretraining shard: the source images and where they came from."""
+    pixels, _ = source_images(dense, seed, spec)
+    generated = isinstance(dense.images, ShapesImages)
+    rows = np.full(spec.rows, -1) if generated else _source_rows(dense, seed, spec)
+    return pa.table(
+        {
+            "id": np.arange(spec.start, spec.start + spec.rows, dtype=np.int64),
+            "source_row": np.asarray(rows, dtype=np.int64),
+            "image": _bytes(pixels.flatten(1)),
+        }
+    )
+
+
+def write_pretrain_shard(spec: ImageShard, job: ImageShardJob) -> str:
+    """The step of the pretraining split: one shard of source images, written atomically."""
+    path = pretrain_shard_path(job.data_dir, spec)
+    write_parquet_atomic(make_pretrain_shard(job.dense, job.seed, spec), path, job.staging)
+    return str(path)
 
 
 def write_image_shard(spec: ImageShard, job: ImageShardJob) -> str:

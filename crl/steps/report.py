@@ -16,6 +16,7 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
 from crl.steps import digest, figures, frontier_panel, ladder_panel, tracking_panel  # noqa: E402
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
+from crl.steps.dense import pretrain_panel  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
 from crl.steps.pages import html_table, page_html  # noqa: E402
@@ -250,6 +251,7 @@ def _report_digest(tables: Path) -> str:
         ladder_panel,
         tracking_panel,
         report_dense,
+        pretrain_panel,
         saturation,
     )
     return digest.digest(tables.glob("*.parquet"), code)
@@ -320,6 +322,20 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     if dense.height:
         setting = frontier_panel.reference_setting(dense)
         sections.append(frontier_panel.setting_note(setting))
+        pretrain_path = tables / "pretrain.parquet"
+        sections.append(
+            pretrain_panel.section(
+                pl.read_parquet(pretrain_path) if pretrain_path.is_file() else None,
+                frontier_panel.at_setting(dense, setting),
+                out,
+                lambda f, p: _save(f, p, staging),
+                html_table,
+            )
+        )
+        if "encoder_epoch" in dense.columns and dense["encoder_epoch"].is_not_null().any():
+            last = dense["encoder_epoch"].max()  # the panels below: the last checkpoint
+            sections.append(f"<p>The dense panels below are drawn at encoder epoch {last}.</p>")
+            setting = {**setting, "encoder_epoch": last}
         dense_fits = frontier_panel.at_setting(fits.filter(is_dense), setting)
         sections.append(
             report_dense.body(

@@ -20,6 +20,7 @@ from crl.kernels.encoders import square_side
 from crl.steps import data
 from crl.steps.atomic import write_bytes_atomic
 from crl.steps.dense.checks import check_dense
+from crl.steps.dense.embed import features_dir_of
 from crl.steps.keys import grid_keys
 
 
@@ -79,6 +80,16 @@ class RunPaths(RunFolder):
     @property
     def dense_features(self) -> Path:
         return self.root / "dense" / "features"
+
+    @property
+    def pretrain(self) -> Path:
+        """dense/pretrain/: data/ (the pretraining split), checkpoints/, epochs/, state.pt."""
+        return self.root / "dense" / "pretrain"
+
+    def dense_features_of(self, epoch: int | None) -> Path:
+        """The position features of the encoder after `epoch` epochs of pretraining
+        (dense/features/epoch=<e>/), or of the frozen backbone (None: dense/features/)."""
+        return features_dir_of(self.dense_features, epoch)
 
     def cell(self, cell_id: str) -> Path:
         """The file of one cell's row."""

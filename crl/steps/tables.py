@@ -21,7 +21,8 @@ from crl.steps.summary_columns import FIRST, HOLDS, MEANS, SUMMARISED
 OBJECTIVE = ["dataset", "regime", "loss"]
 # the settings a cell is fitted under (constant in a run unless the grid makes them axes)
 SETTINGS = ["R", "temperature", "normalise"]
-DENSE_KEYS = ["negatives", "correspondence", "lam"]  # the dense grid's further axes
+# the dense grid's further axes (encoder_epoch: with dense.pretrain)
+DENSE_KEYS = ["negatives", "correspondence", "lam", "encoder_epoch"]
 # m* metrics (lower is better) as expressions over the cells table
 M_STAR_METRICS = {
     "excess_auc": pl.col("excess_auc"),

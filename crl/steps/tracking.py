@@ -53,7 +53,18 @@ ON_THE_LOSS = {
     "cert_pb_free_gap": "cert_pb_free",
     "cert_pb_data_gap": "cert_pb_data",
 }
-AXES = ["regime", "m", "n", "R", "temperature", "normalise", "negatives", "correspondence", "lam"]
+AXES = [
+    "regime",
+    "m",
+    "n",
+    "R",
+    "temperature",
+    "normalise",
+    "negatives",
+    "correspondence",
+    "lam",
+    "encoder_epoch",
+]
 GROUP = ["family", "dataset", "loss"]
 REPLICATES = 200
 MIN_SEEDS = 3  # a bootstrap over two seeds has three distinct draws: no interval below three

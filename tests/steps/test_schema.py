@@ -17,6 +17,7 @@ SECTIONS = {
     "cells": ("`tables/cells.parquet` — one row", "`tables/cells.parquet` for"),
     "frontier": ("`tables/frontier.parquet`",),
     "tracking": ("`tables/tracking.parquet`",),
+    "pretrain": ("`tables/pretrain.parquet`",),
 }
 
 

@@ -38,9 +38,14 @@ class DenseKey:
     seed: int
     R: float | None = None  # None: dense.head.R (the grid has no R axis)
     temperature: float | None = None  # None: dense.eval.temperature
+    encoder_epoch: int | None = None  # None: the frozen backbone (no dense.pretrain)
 
     def cell_id(self, config_hash: str) -> str:
-        axes = [(a, v) for a in ("R", "temperature") if (v := getattr(self, a)) is not None]
+        axes = [
+            (a, v)
+            for a in ("R", "temperature", "encoder_epoch")
+            if (v := getattr(self, a)) is not None
+        ]
         return short_hash(
             config_hash,
             "dense",
@@ -65,8 +70,10 @@ def dense_keys(config: Config) -> list[DenseKey]:
     if config.dense is None:
         return []
     g = config.dense.grid
+    pretrain = config.dense.pretrain
     return [
-        DenseKey(regime, neg, corr, float(lam), m, n, seed, R, temperature)
+        DenseKey(regime, neg, corr, float(lam), m, n, seed, R, temperature, epoch)
+        for epoch in ([None] if pretrain is None else pretrain.embedded)
         for regime in g.regimes
         for neg in g.negatives
         for corr in g.correspondence
@@ -269,6 +276,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         "m": m,
         "n": key.n,
         "seed": key.seed,
+        "encoder_epoch": key.encoder_epoch,
         "d": d,
         "p": features.p,
         "positions": features.positions,

@@ -1,6 +1,7 @@
 """The dense embed step: a frozen backbone over one image shard, position features to Parquet.
 
-Layout: <run>/dense/features/split=<split>/part-<k>.parquet, one row per image:
+Layout: <run>/dense/features/split=<split>/part-<k>.parquet (with dense.pretrain, one folder per
+embedded checkpoint: <run>/dense/features/epoch=<e>/split=<split>/...), one row per image:
   id (int64), f1, f2 (list<float32>, K * C: the K = grid^2 position features of each view,
   row-major, raw backbone outputs), match (list<int16>, K: the geometric correspondent in view 2
   of each view-1 position, -1 for none), labels1, labels2 (list<int16>, K: the majority pixel
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,21 @@ from crl.kernels.crops import box_correspondence
 from crl.kernels.encoders import RandomConv
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.data import list_column, list_to_numpy
+from crl.steps.dense.pretrain import load_checkpoint
+
+
+@dataclass(frozen=True)
+class EmbedItem:
+    """One image shard under one encoder: the frozen backbone (epoch None) or the pretrained
+    backbone after `epoch` epochs."""
+
+    epoch: int | None
+    shard: Path
+
+
+def features_dir_of(features_root: Path, epoch: int | None) -> Path:
+    """Where the features of the encoder after `epoch` epochs go (crl.steps.runfolder)."""
+    return features_root if epoch is None else features_root / f"epoch={epoch}"
 
 
 class _FeatureMap(nn.Module):
@@ -113,15 +130,33 @@ def cell_labels(labels: torch.Tensor, grid: int) -> torch.Tensor:
 
 
 class DenseEmbedder:
-    """Embeds image shards: `embedder(shard)` writes the shard's position features."""
+    """Embeds image shards: `embedder(item)` writes the position features of the item's shard
+    under the item's encoder (`checkpoints`: {epoch: weights file} of the pretrained one)."""
 
     def __init__(
-        self, dense: DenseConfig, channels: int, data_dir: Path, features_dir: Path, staging: Path
+        self,
+        dense: DenseConfig,
+        channels: int,
+        data_dir: Path,
+        features_dir: Path,
+        staging: Path,
+        checkpoints: dict[int, Path] | None = None,
     ) -> None:
         self.dense, self.channels = dense, channels
         self.data_dir, self.features_dir, self.staging = data_dir, features_dir, staging
+        self.checkpoints = checkpoints or {}
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.backbone = build_backbone(dense.backbone, channels).to(self.device).eval()
+        self.encoders: dict[int | None, nn.Module] = {}
+
+    def _encoder(self, epoch: int | None) -> nn.Module:
+        if epoch not in self.encoders:
+            net = (
+                build_backbone(self.dense.backbone, self.channels)
+                if epoch is None
+                else load_checkpoint(self.checkpoints[epoch], self.dense, self.channels)
+            )
+            self.encoders = {epoch: net.to(self.device).eval()}  # one encoder held at a time
+        return self.encoders[epoch]
 
     @torch.no_grad()
     def _features(self, pixels: np.ndarray) -> np.ndarray:
@@ -140,7 +175,10 @@ class DenseEmbedder:
             out.append(features)
         return torch.cat(out).numpy()
 
-    def __call__(self, shard: Path) -> str:
+    def __call__(self, item: EmbedItem | Path) -> str:
+        item = item if isinstance(item, EmbedItem) else EmbedItem(None, item)
+        self.backbone = self._encoder(item.epoch)
+        shard = item.shard
         table = pq.read_table(shard)
         grid, s = self.dense.backbone.grid, self.dense.views.size
         labels = [
@@ -162,6 +200,6 @@ class DenseEmbedder:
             "labels1": list_column(labels[0].numpy(), np.int16),
             "labels2": list_column(labels[1].numpy(), np.int16),
         }
-        target = self.features_dir / shard.relative_to(self.data_dir)
+        target = features_dir_of(self.features_dir, item.epoch) / shard.relative_to(self.data_dir)
         write_parquet_atomic(pa.table(columns), target, self.staging)
         return str(target)

@@ -16,7 +16,7 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.steps.figures import panels  # noqa: E402
 
-OBJECTIVE = ["regime", "negatives", "correspondence", "lam"]
+OBJECTIVE = ["regime", "negatives", "correspondence", "lam", "encoder_epoch"]
 HEADLINE = [
     *OBJECTIVE,
     "m",
@@ -46,14 +46,22 @@ HEADLINE = [
 Save = Callable[[plt.Figure, Path], None]
 
 
-def _title(key: tuple) -> str:
-    regime, negatives, corr, lam = key
-    queue = "queue" if regime == "sscrl" else "per-image"
-    return f"{queue} {negatives} {corr}" + ("" if lam == 1.0 else f" lambda={lam:g}")
+def _title(key: dict) -> str:
+    queue = "queue" if key["regime"] == "sscrl" else "per-image"
+    lam, epoch = key["lam"], key.get("encoder_epoch")
+    return (
+        f"{queue} {key['negatives']} {key['correspondence']}"
+        + ("" if lam == 1.0 else f" lambda={lam:g}")
+        + ("" if epoch is None else f" encoder epoch {epoch}")
+    )
 
 
-def _groups(summary: pl.DataFrame) -> list[tuple[tuple, pl.DataFrame]]:
-    return [(k, g) for k, g in summary.group_by(OBJECTIVE, maintain_order=True)]
+def _groups(summary: pl.DataFrame) -> list[tuple[dict, pl.DataFrame]]:
+    """The summary's curves, one per objective (and encoder epoch, where there is one)."""
+    keys = [c for c in OBJECTIVE if c in summary.columns]
+    return [
+        (dict(zip(keys, k, strict=True)), g) for k, g in summary.group_by(keys, maintain_order=True)
+    ]
 
 
 def _column(frame: pl.DataFrame, name: str) -> np.ndarray:
@@ -120,8 +128,14 @@ def plot_downstream(summary: pl.DataFrame, path: Path, save: Save) -> None:
     for ax, metric in zip(axes, ("dense_probe_accuracy", "correspondence_top1"), strict=True):
         if not np.isfinite(_column(summary, f"{metric}_mean")).any():
             # the probe needs per-pixel labels, which user images may not have
-            ax.text(0.5, 0.5, f"no {metric.replace('_', ' ')} in these cells\n(no pixel labels)",
-                    ha="center", va="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                f"no {metric.replace('_', ' ')} in these cells\n(no pixel labels)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             ax.set(title=metric, xticks=[], yticks=[])
             continue
         for i, (key, group) in enumerate(_groups(summary)):

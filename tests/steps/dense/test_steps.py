@@ -133,7 +133,7 @@ def test_digits_pixels_are_labelled_with_their_digit() -> None:
     spec = image_data.shard_plan(cfg.dense, sizes)[0]
     pixels, labels = image_data.source_images(cfg.dense, cfg.seed, spec)
     assert pixels.shape == (spec.rows, 1, 16, 16)
-    order = image_data._split_order(1797, cfg.dense, cfg.seed)[spec.split][: spec.rows]
+    order = image_data.split_rows(1797, cfg.dense, cfg.seed)[spec.split][: spec.rows]
     digit = load_digits().target[order]
     for i in range(spec.rows):
         values = set(labels[i].unique().tolist())

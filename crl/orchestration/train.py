@@ -1,0 +1,119 @@
+"""A training loop of crl.steps run by Ray Train: `TorchTrainer` over `workers` workers (DDP;
+gloo on CPUs, NCCL on GPUs), the same code path on the local Ray and on a cluster.
+
+The loop is a plain function `loop(job, ctx)` of crl.steps; `_RayTrainContext` is its context on
+a Ray Train worker (rank, world size, device, DDP wrapping, collectives). A worker that dies
+(its node lost) makes Ray Train restart the worker group, up to `MAX_FAILURES` times, and the
+loop continues from its last finished epoch on disk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+MAX_FAILURES = 2
+
+
+class _RayTrainContext:
+    """The context of one Ray Train worker (crl.steps.dense.pretrain.Context)."""
+
+    def __init__(self) -> None:
+        import ray.train
+        import ray.train.torch
+
+        context = ray.train.get_context()
+        self.rank = context.get_world_rank()
+        self.world_size = context.get_world_size()
+        self.device = ray.train.torch.get_device()
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model)
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return x
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        torch.distributed.all_gather(parts, x.contiguous())
+        return torch.cat(parts)
+
+    def total(self, values: list[float]) -> list[float]:
+        if self.world_size == 1:
+            return values
+        sums = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(sums)
+        return sums.tolist()
+
+    def report(self, metrics: dict) -> None:
+        import ray.train
+
+        ray.train.report(metrics)
+
+
+def _worker(config: dict) -> None:
+    config["loop"](config["job"], _RayTrainContext())
+
+
+def use_gpus(use_gpu: bool | str, workers: int) -> bool:
+    """Whether the training takes one GPU per worker: `use_gpu` true, or "auto" and the
+    cluster has a GPU for every worker."""
+    import ray
+
+    if use_gpu == "auto":
+        return ray.cluster_resources().get("GPU", 0.0) >= workers
+    return bool(use_gpu)
+
+
+def fit_on_ray(
+    loop: Callable[[Any, Any], None],
+    job: Any,
+    *,
+    workers: int,
+    use_gpu: bool | str,
+    storage: Path,
+    name: str,
+    watch: Callable[[], None],
+) -> None:
+    """Run `loop(job, ctx)` on `workers` Ray Train workers; `watch()` is called about once a
+    second while it runs (progress). Raises RuntimeError when the training fails."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    gpu = use_gpus(use_gpu, workers)
+    trainer = TorchTrainer(
+        _worker,
+        train_loop_config={"loop": loop, "job": job},
+        scaling_config=ScalingConfig(
+            num_workers=workers,
+            use_gpu=gpu,
+            resources_per_worker={"CPU": 1, **({"GPU": 1} if gpu else {})},
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(storage),
+            failure_config=FailureConfig(max_failures=MAX_FAILURES),
+        ),
+    )
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            watch()
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        trainer.fit()
+    except Exception as err:  # Ray Train's TrainingFailedError and its kin
+        raise RuntimeError(f"{name}: the training failed: {str(err).strip()[:2000]}") from None
+    finally:
+        stop.set()
+        watcher.join()
+        watch()

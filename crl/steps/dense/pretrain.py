@@ -1,0 +1,265 @@
+"""The pretraining step: the dense backbone trained contrastively on the pretraining split.
+
+What one worker of the training runs (`train`); crl.orchestration.pretrain launches it on Ray
+Train (DDP over `pretrain.workers` workers) or, with the local executor, in the process. The
+worker's `Context` is the only thing that knows about distribution: its rank, the world size,
+the device, how to wrap the model (DDP) and how to gather keys and sum numbers over workers.
+
+Files, under <run>/dense/pretrain/ (written by rank 0, each atomically):
+  checkpoints/epoch=<e>.pt  the backbone's weights after e epochs (a plain state dict of
+                            tensors, loaded with torch.load(weights_only=True)), for every
+                            epoch in pretrain.checkpoints; epoch 0 is the initialisation
+  epochs/epoch=<e>.parquet  one row per epoch: loss, images, seconds, throughput (the
+                            pretrain table, crl.steps.schema "pretrain")
+  state.pt                  what resuming needs after epoch e: the encoder, the key encoder,
+                            the optimizer, the queues and e; written after the epoch's
+                            checkpoint and row, so it is the epoch's commit point
+Every epoch's randomness (the order of the images, the views) comes from generators keyed by
+(seed, epoch, rank): an epoch after a resume draws what it would have drawn without the
+interruption, so a resumed pretraining ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import nn
+
+from crl.core.dense_config import DenseConfig
+from crl.kernels import crops
+from crl.kernels import pretrain as objectives
+from crl.kernels.encoders import RandomConv
+from crl.kernels.seeding import generator
+from crl.steps.atomic import write_bytes_atomic, write_parquet_atomic
+from crl.steps.data import list_to_numpy
+
+
+class Context(Protocol):
+    """Where one training worker runs."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The model as the workers train it together (DDP), on the device."""
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Every worker's x, concatenated along the first axis in rank order."""
+
+    def total(self, values: list[float]) -> list[float]:
+        """The sums over workers."""
+
+    def report(self, metrics: dict) -> None:
+        """The epoch's numbers, to the training framework."""
+
+
+class SingleProcess:
+    """The context of a training without workers (the local executor): one process."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self) -> None:
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model.to(self.device)
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def total(self, values: list[float]) -> list[float]:
+        return values
+
+    def report(self, metrics: dict) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class PretrainJob:
+    """What every worker of one pretraining shares."""
+
+    dense: DenseConfig
+    channels: int
+    root: Path  # <run>/dense/pretrain
+    staging: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def checkpoint(self, epoch: int) -> Path:
+        return self.root / "checkpoints" / f"epoch={epoch}.pt"
+
+    def epoch_row(self, epoch: int) -> Path:
+        return self.root / "epochs" / f"epoch={epoch}.parquet"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.pt"
+
+
+def backbone(dense: DenseConfig, channels: int) -> RandomConv:
+    """The backbone at its initialisation (epoch 0): the run's random_conv."""
+    b = dense.backbone
+    return RandomConv(channels, b.channels, b.layers, b.downsample, b.grid, b.seed)
+
+
+def load_checkpoint(path: Path, dense: DenseConfig, channels: int) -> RandomConv:
+    """The backbone after the epochs of checkpoint `path`; nothing in the file is unpickled
+    but tensors (weights_only)."""
+    net = backbone(dense, channels)
+    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return net.requires_grad_(False)
+
+
+def finished_epochs(job: PretrainJob) -> int:
+    """Epochs whose state is on disk (0 when none): where a rerun continues."""
+    if not job.state.exists():
+        return 0
+    return int(torch.load(job.state, map_location="cpu", weights_only=True)["epoch"])
+
+
+def is_done(job: PretrainJob) -> bool:
+    """Whether every epoch ran and every chosen checkpoint is on disk."""
+    p = job.dense.pretrain
+    return finished_epochs(job) >= p.epochs and all(job.checkpoint(e).exists() for e in p.embedded)
+
+
+def _images(job: PretrainJob) -> torch.Tensor:
+    """The pretraining split. Shape: (N, c, S, S) uint8."""
+    files = sorted(job.data.glob("part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{job.data}: no pretraining shards")
+    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
+    pixels = np.ascontiguousarray(list_to_numpy(table.column("image"), np.uint8)).copy()
+    side = int(round((pixels.shape[1] / job.channels) ** 0.5))
+    return torch.from_numpy(pixels).reshape(-1, job.channels, side, side)
+
+
+def _save(obj: object, path: Path, staging: Path) -> None:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes_atomic(buffer.getvalue(), path, staging)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") else model
+
+
+def train(job: PretrainJob, ctx: Context) -> None:
+    """Train from the last finished epoch (or the start) to pretrain.epochs."""
+    p, views = job.dense.pretrain, job.dense.views
+    images = _images(job)
+    dense_loss = p.objective == "densecl"
+    encoder = objectives.ContrastiveEncoder(
+        backbone(job.dense, job.channels).requires_grad_(True),
+        job.dense.backbone.channels,
+        p.projection,
+        dense_loss,
+        generator(p.seed, "pretrain-heads"),
+    )
+    key = objectives.momentum_copy(encoder).to(ctx.device) if dense_loss else None
+    queues = tuple(
+        objectives.Queue(p.queue, p.projection, generator(p.seed, "pretrain-queue", i))
+        for i in range(2)
+    )
+    optimizer_state = None
+    start = finished_epochs(job)
+    if start:
+        state = torch.load(job.state, map_location="cpu", weights_only=True)
+        encoder.load_state_dict(state["encoder"])
+        if key is not None:
+            key.load_state_dict(state["key"])
+        for q, s in zip(queues, state["queues"], strict=True):
+            q.load(s)
+        optimizer_state = state["optimizer"]
+    for q in queues:
+        q.keys = q.keys.to(ctx.device)
+    if start == 0 and ctx.rank == 0 and 0 in p.embedded:
+        _save(encoder.backbone.state_dict(), job.checkpoint(0), job.staging)
+    model = ctx.wrap(encoder)
+    optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    per_worker = p.batch // ctx.world_size
+    steps = images.shape[0] // p.batch
+    if steps == 0:
+        raise ValueError(
+            f"pretrain.batch: {p.batch} is larger than the pretraining split "
+            f"({images.shape[0]} images)"
+        )
+    grid = (job.dense.backbone.grid, job.dense.backbone.grid)
+    for epoch in range(start + 1, p.epochs + 1):
+        started = time.perf_counter()
+        order = torch.randperm(images.shape[0], generator=generator(p.seed, "pretrain", epoch))
+        draw = generator(p.seed, "pretrain-views", epoch, ctx.rank)
+        model.train()
+        loss_sum, seen = 0.0, 0
+        for step in range(steps):
+            lo = step * p.batch + ctx.rank * per_worker
+            x = images[order[lo : lo + per_worker]].float().div_(255.0)
+            labels = torch.zeros(x.shape[0], x.shape[2], x.shape[3], dtype=torch.int64)
+            v1, v2 = crops.two_views(
+                x, labels, views.size, draw, tuple(views.scale), tuple(views.ratio), views.flip
+            )
+            a, b = v1.images.to(ctx.device), v2.images.to(ctx.device)
+            if dense_loss:
+                match = crops.grid_correspondence(v1, v2, grid)
+                loss, k_global, k_dense = objectives.densecl_loss(
+                    model, key, a, b, match, queues, p.temperature, p.lam
+                )
+            else:
+                loss = objectives.nt_xent_loss(model, a, b, p.temperature)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if dense_loss:
+                objectives.ema_update(key, _unwrap(model), p.momentum)
+                queues[0].push(ctx.gather(k_global))
+                queues[1].push(ctx.gather(k_dense))
+            loss_sum += float(loss.detach()) * x.shape[0]
+            seen += x.shape[0]
+        loss_sum, seen = ctx.total([loss_sum, float(seen)])
+        seconds = time.perf_counter() - started
+        row = {
+            "epoch": epoch,
+            "objective": p.objective,
+            "loss": loss_sum / seen,
+            "images": int(seen),
+            "steps": steps,
+            "batch": p.batch,
+            "workers": ctx.world_size,
+            "device": ctx.device.type,
+            "seconds": seconds,
+            "images_per_second": seen / seconds,
+        }
+        ctx.report(row)
+        if ctx.rank == 0:
+            if epoch in p.embedded:
+                _save(_unwrap(model).backbone.state_dict(), job.checkpoint(epoch), job.staging)
+            write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
+            state = {
+                "epoch": epoch,
+                "encoder": _unwrap(model).state_dict(),
+                "key": key.state_dict() if key is not None else {},
+                "optimizer": optimizer.state_dict(),
+                "queues": [q.state() for q in queues],
+            }
+            _save(state, job.state, job.staging)
+
+
+def epoch_rows(root: Path) -> pa.Table | None:
+    """Every finished epoch's row, in order (None before the first)."""
+    files = sorted((root / "epochs").glob("epoch=*.parquet"))
+    if not files:
+        return None
+    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by("epoch")

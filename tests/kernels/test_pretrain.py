@@ -1,0 +1,135 @@
+"""The pretraining objectives against naive loops in float64, and their moving parts."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from crl.kernels import crops
+from crl.kernels import pretrain as objectives
+from crl.kernels.encoders import RandomConv
+
+F64 = torch.float64
+
+
+def _encoder(dense: bool, seed: int = 0) -> objectives.ContrastiveEncoder:
+    backbone = RandomConv(3, 6, 2, 1, 2, seed).requires_grad_(True)
+    gen = torch.Generator().manual_seed(seed)
+    return objectives.ContrastiveEncoder(backbone, 6, 5, dense, gen).to(F64)
+
+
+def test_heads_come_from_their_generator_and_leave_the_global_one_alone() -> None:
+    backbone = RandomConv(3, 6, 2, 1, 2, 0)
+    before = torch.random.get_rng_state()
+    objectives.ContrastiveEncoder(backbone, 6, 5, True, torch.Generator().manual_seed(3))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    a, b = _encoder(True, 3), _encoder(True, 3)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    layer = a.global_head[0]
+    assert float(layer.weight.detach().abs().max()) <= layer.in_features**-0.5
+    assert not torch.equal(_encoder(True, 4).global_head[0].weight, layer.weight)
+
+
+def test_embeddings_are_unit_rows_of_the_pooled_and_position_features() -> None:
+    enc = _encoder(True)
+    x = torch.rand(4, 3, 8, 8, dtype=F64, generator=torch.Generator().manual_seed(1))
+    z, dense = enc(x)
+    features = enc.backbone(x)
+    assert torch.allclose(z.norm(dim=1), torch.ones(4, dtype=F64))
+    assert torch.allclose(dense.norm(dim=2), torch.ones(4, 4, dtype=F64))
+    expected = enc.global_head(features.mean(dim=1))
+    assert torch.allclose(z, expected / expected.norm(dim=1, keepdim=True))
+
+
+def test_queue_is_first_in_first_out() -> None:
+    q = objectives.Queue(5, 2, torch.Generator().manual_seed(0))
+    assert torch.allclose(q.keys.norm(dim=1), torch.ones(5))
+    for start in (0, 3, 6):
+        q.push(torch.arange(start, start + 3, dtype=torch.float32)[:, None].expand(3, 2))
+    # 9 rows pushed into 5 slots: rows 4..8 remain, row r in slot r mod 5
+    assert q.keys[:, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 4.0]
+    assert q.pointer == 9 % 5
+    state = q.state()
+    other = objectives.Queue(5, 2, torch.Generator().manual_seed(9))
+    other.load(state)
+    assert torch.equal(other.keys, q.keys) and other.pointer == q.pointer
+
+
+def test_ema_update_is_the_convex_combination() -> None:
+    key, query = nn.Linear(3, 2), nn.Linear(3, 2)
+    old = [p.detach().clone() for p in key.parameters()]
+    objectives.ema_update(key, query, 0.9)
+    for k, o, q in zip(key.parameters(), old, query.parameters(), strict=True):
+        assert torch.allclose(k, 0.9 * o + 0.1 * q)
+
+
+def _naive_densecl(enc, key, v1, v2, match, queues, T, lam) -> float:
+    """Per image: -log softmax of the positive against the queue, global and dense (mean over
+    matched positions), combined (1 - lam) g + lam d; mean over images with a match."""
+    with torch.no_grad():
+        return _naive_loop(enc, key, v1, v2, match, queues, T, lam)
+
+
+def _naive_loop(enc, key, v1, v2, match, queues, T, lam) -> float:
+    total, count = 0.0, 0
+    for i in range(v1.shape[0]):
+        if not bool((match[i] >= 0).any()):
+            continue
+        qg, qd = enc(v1[i : i + 1])
+        kg, kd = key(v2[i : i + 1])
+        pos = float(qg[0] @ kg[0]) / T
+        negs = [float(qg[0] @ u) / T for u in queues[0].keys]
+        g = math.log(sum(math.exp(s - pos) for s in [pos, *negs]))
+        terms = []
+        for a, b in enumerate(match[i].tolist()):
+            if b < 0:
+                continue
+            pos = float(qd[0, a] @ kd[0, b]) / T
+            negs = [float(qd[0, a] @ u) / T for u in queues[1].keys]
+            terms.append(math.log(sum(math.exp(s - pos) for s in [pos, *negs])))
+        total += (1 - lam) * g + lam * sum(terms) / len(terms)
+        count += 1
+    return total / count
+
+
+def test_densecl_loss_equals_the_naive_loop() -> None:
+    gen = torch.Generator().manual_seed(5)
+    enc = _encoder(True)
+    key = objectives.momentum_copy(enc)
+    with torch.no_grad():
+        for p in key.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen, dtype=F64))
+    images = torch.rand(6, 3, 12, 12, dtype=F64, generator=gen)
+    labels = torch.zeros(6, 12, 12, dtype=torch.int64)
+    v1, v2 = crops.two_views(images, labels, 8, gen, (0.3, 1.0))
+    match = crops.grid_correspondence(v1, v2, (2, 2))
+    match[0] = -1  # an image without a dense positive is left out
+    queues = tuple(objectives.Queue(7, 5, torch.Generator().manual_seed(i)) for i in range(2))
+    for q in queues:
+        q.keys = q.keys.to(F64)
+    loss, kg, kd = objectives.densecl_loss(enc, key, v1.images, v2.images, match, queues, 0.3, 0.4)
+    expected = _naive_densecl(enc, key, v1.images, v2.images, match, queues, 0.3, 0.4)
+    assert math.isclose(float(loss), expected, rel_tol=1e-10)
+    assert kg.shape == kd.shape == (6, 5)  # every image's keys are enqueued
+    _, dense = key(v2.images)
+    assert torch.allclose(kd, torch.nn.functional.normalize(dense.mean(dim=1), dim=1))
+    loss.backward()
+    assert all(p.grad is None for p in key.parameters())
+    assert enc.backbone.convs[0].weight.grad is not None
+
+
+def test_nt_xent_loss_is_simclr_on_the_global_embeddings() -> None:
+    enc = _encoder(False)
+    gen = torch.Generator().manual_seed(2)
+    a, b = (torch.rand(4, 3, 8, 8, dtype=F64, generator=gen) for _ in range(2))
+    z = torch.cat([enc(a)[0], enc(b)[0]])
+    T = 0.5
+    naive = 0.0
+    for i in range(8):
+        partner = (i + 4) % 8
+        others = [float(z[i] @ z[j]) / T for j in range(8) if j != i]
+        naive += math.log(sum(math.exp(s) for s in others)) - float(z[i] @ z[partner]) / T
+    assert math.isclose(float(objectives.nt_xent_loss(enc, a, b, T)), naive / 8, rel_tol=1e-10)

@@ -1,0 +1,170 @@
+"""The pretraining split and step: disjoint from every split the cells draw from, resumable to
+the same weights, checkpoints that load without unpickling anything."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from crl.core.dense_config import DenseConfig
+from crl.steps import image_data
+from crl.steps.data import list_to_numpy
+from crl.steps.dense import pretrain
+
+SHAPES = {
+    "images": {
+        "kind": "shapes",
+        "size": 16,
+        "classes": 3,
+        "train_size": 24,
+        "test_size": 8,
+        "pool_size": 16,
+        "shards": 2,
+    },
+    "views": {"size": 12},
+    "backbone": {"kind": "random_conv", "channels": 6, "layers": 2, "downsample": 1, "grid": 2},
+    "grid": {"m": [2], "n": [4]},
+}
+PRETRAIN = {
+    "epochs": 3,
+    "images": 32,
+    "batch": 8,
+    "queue": 16,
+    "projection": 8,
+    "checkpoints": [0, 1, 3],
+}
+
+
+def _dense(tree: dict, **pretrain_section: object) -> DenseConfig:
+    section = {**PRETRAIN, **pretrain_section}
+    if tree["images"]["kind"] != "shapes" and "images" not in pretrain_section:
+        section.pop("images")
+    return DenseConfig.model_validate({**tree, "pretrain": section})
+
+
+def _materialize(dense: DenseConfig, root: Path, seed: int = 0) -> pretrain.PretrainJob:
+    job = image_data.ImageShardJob(dense, seed, root / "pretrain" / "data", root / "staging")
+    for spec in image_data.pretrain_plan(dense):
+        image_data.write_pretrain_shard(spec, job)
+    return pretrain.PretrainJob(dense, image_data.channels(dense), root / "pretrain", root / "st")
+
+
+def _digests(pixels: torch.Tensor) -> set[str]:
+    return {hashlib.sha256(row.numpy().tobytes()).hexdigest() for row in pixels}
+
+
+def test_generated_pretraining_images_are_none_of_the_cells_images(tmp_path: Path) -> None:
+    dense = _dense(SHAPES)
+    _materialize(dense, tmp_path)
+    table = pq.read_table(sorted((tmp_path / "pretrain" / "data").glob("*.parquet"))[0])
+    assert set(table.column("source_row").to_pylist()) == {-1}
+    pretraining = set()
+    for spec in image_data.pretrain_plan(dense):
+        pretraining |= _digests((image_data.source_images(dense, 0, spec)[0] * 255).round())
+    assert len(pretraining) == dense.pretrain.images
+    sizes = image_data.split_sizes(dense)
+    for spec in image_data.shard_plan(dense, sizes):
+        cells = _digests((image_data.source_images(dense, 0, spec)[0] * 255).round())
+        assert not pretraining & cells, spec
+
+
+def test_finite_sources_give_disjoint_rows_and_record_them(tmp_path: Path) -> None:
+    tree = {**SHAPES, "images": {"kind": "digits", "size": 8, "shards": 2}}
+    dense = _dense(tree, fraction=0.25)
+    plain = DenseConfig.model_validate(tree)
+    rows = image_data.split_rows(1797, dense, 0)
+    assert sum(len(r) for r in rows.values()) == 1797
+    seen = np.concatenate(list(rows.values()))
+    assert np.unique(seen).size == 1797  # every row in exactly one split
+    assert len(rows["pretrain"]) == round(0.25 * 1797)
+    before = image_data.split_rows(1797, plain, 0)
+    # test and pool are those of the run without pretraining; train gives up the rows
+    for split in ("test", "pool"):
+        assert np.array_equal(rows[split], before[split])
+    assert set(rows["train"]) | set(rows["pretrain"]) == set(before["train"])
+    assert image_data.split_sizes(dense)["train"] == len(rows["train"])
+    _materialize(dense, tmp_path)
+    recorded = np.concatenate(
+        [
+            pq.read_table(f).column("source_row").to_numpy()
+            for f in sorted((tmp_path / "pretrain" / "data").glob("*.parquet"))
+        ]
+    )
+    assert np.array_equal(recorded, rows["pretrain"])
+
+
+def test_the_pretrain_section_validates_its_fields() -> None:
+    with pytest.raises(ValueError, match="checkpoints: epoch 5 is after"):
+        _dense(SHAPES, checkpoints=[0, 5])
+    with pytest.raises(ValueError, match="pretrain.fraction: shapes are generated"):
+        _dense(SHAPES, fraction=0.2)
+    digits = {**SHAPES, "images": {"kind": "digits"}}
+    with pytest.raises(ValueError, match="pretrain.images: digits images are a finite source"):
+        _dense(digits, images=100)
+    with pytest.raises(ValueError, match="only a backbone of kind random_conv"):
+        _dense({**SHAPES, "backbone": {"kind": "module", "module": "torch.nn:Identity"}})
+    with pytest.raises(ValueError, match="has repeated entries"):
+        _dense(SHAPES, checkpoints=[1, 1])
+    assert _dense(SHAPES, checkpoints=None).pretrain.embedded == [0, 3]
+
+
+class _Dies(pretrain.SingleProcess):
+    """A worker that is killed after reporting epoch `last`, before that epoch's files."""
+
+    def __init__(self, last: int) -> None:
+        super().__init__()
+        self.last = last
+
+    def report(self, metrics: dict) -> None:
+        if metrics["epoch"] == self.last:
+            raise KeyboardInterrupt("killed")
+
+
+@pytest.mark.parametrize("objective", ["densecl", "nt_xent"])
+def test_a_resumed_pretraining_ends_with_the_uninterrupted_weights(
+    tmp_path: Path, objective: str
+) -> None:
+    dense = _dense(SHAPES, objective=objective)
+    whole = _materialize(dense, tmp_path / "whole")
+    pretrain.train(whole, pretrain.SingleProcess())
+    assert pretrain.is_done(whole)
+
+    cut = _materialize(dense, tmp_path / "cut")
+    with pytest.raises(KeyboardInterrupt):
+        pretrain.train(cut, _Dies(2))
+    assert pretrain.finished_epochs(cut) == 1 and not pretrain.is_done(cut)
+    first = cut.epoch_row(1).read_bytes()
+    pretrain.train(cut, pretrain.SingleProcess())
+    assert pretrain.is_done(cut)
+    for epoch in dense.pretrain.embedded:
+        a = torch.load(whole.checkpoint(epoch), weights_only=True)
+        b = torch.load(cut.checkpoint(epoch), weights_only=True)
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a), epoch
+    assert cut.epoch_row(1).read_bytes() == first  # the finished epoch was not trained again
+    losses = [pq.read_table(j.epoch_row(3)).column("loss")[0].as_py() for j in (whole, cut)]
+    assert losses[0] == losses[1] and np.isfinite(losses[0])
+
+
+def test_checkpoints_are_plain_weights_of_the_backbone(tmp_path: Path) -> None:
+    dense = _dense(SHAPES, epochs=1, checkpoints=[0, 1])
+    job = _materialize(dense, tmp_path)
+    pretrain.train(job, pretrain.SingleProcess())
+    start = pretrain.load_checkpoint(job.checkpoint(0), dense, 3)
+    initial = pretrain.backbone(dense, 3)
+    for name, value in initial.state_dict().items():
+        assert torch.equal(start.state_dict()[name], value)  # epoch 0: the random encoder
+    trained = pretrain.load_checkpoint(job.checkpoint(1), dense, 3)
+    assert not torch.equal(trained.convs[0].weight, initial.convs[0].weight)
+    rows = pretrain.epoch_rows(job.root).to_pylist()
+    assert [r["epoch"] for r in rows] == [1]
+    assert rows[0]["images"] == 32 and rows[0]["steps"] == 4 and rows[0]["workers"] == 1
+    pixels = list_to_numpy(
+        pq.read_table(sorted(job.data.glob("*.parquet"))[0]).column("image"), np.uint8
+    )
+    assert pixels.shape[1] == 3 * 16 * 16
