@@ -16,6 +16,10 @@ warm-up) next to its reference measured in the same run, with the peak device me
   matmul peak (a 8192^3 matmul on a GPU): the ratio is useful flops / peak.
 - random_conv embed: the dense backbone (crl.kernels.encoders.RandomConv, the embed actors'
   module) over a batch of 32 x 32 images, images per second, against the CPU in the same run.
+- pretrain densecl: one epoch of the pretraining step (crl.steps.dense.pretrain.train, what one
+  Ray Train worker runs: fresh views, DenseCL through crl's kernels, Adam) with
+  conf/dense.yaml's backbone, views and batch, in images per second of one worker, against the
+  CPU in the same run.
 
 `--small` shrinks every size so the script runs in seconds on a CPU (tests/test_bench_gpu.py
 runs it so it cannot rot). Full sizes are meant for one GPU and finish in a few minutes.
@@ -32,6 +36,9 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import tempfile
+from pathlib import Path
+
 import kernels_scores  # the scripts' folder is on sys.path: the score losses' two formulations
 import torch
 import torch.nn.functional as F
@@ -39,7 +46,10 @@ import torch.nn.functional as F
 from crl import rademacher
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
+from crl.core.dense_config import DenseConfig
 from crl.losses import nt_xent
+from crl.steps import image_data
+from crl.steps.dense import pretrain
 
 FULL = {
     "nt_xent": (4096, 16384, 65536),
@@ -49,6 +59,7 @@ FULL = {
     "sign_rows": 10_000_000,
     "peak": 8192,
     "embed_images": 4096,
+    "pretrain_images": 4096,
     "rounds": 3,
 }
 SMALL = {
@@ -59,6 +70,7 @@ SMALL = {
     "sign_rows": 4096,
     "peak": 256,
     "embed_images": 16,
+    "pretrain_images": 32,
     "rounds": 1,
 }
 
@@ -243,11 +255,46 @@ def bench_embed(device: torch.device, sizes: dict) -> list[dict]:
     ]
 
 
+def bench_pretrain(device: torch.device, sizes: dict) -> list[dict]:
+    images = sizes["pretrain_images"]
+    dense = DenseConfig.model_validate(
+        {
+            "images": {"kind": "shapes", "size": 48, "classes": 4, "shards": 1},
+            "views": {"size": 32},
+            "backbone": {"channels": 32, "layers": 3, "downsample": 2, "grid": 4},
+            "grid": {"m": [2], "n": [2]},
+            "pretrain": {"epochs": 1, "images": images, "batch": min(64, images)},
+        }
+    )
+    seconds = {}
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        shards = image_data.ImageShardJob(dense, 0, root / "data", root / "staging")
+        for spec in image_data.pretrain_plan(dense):
+            image_data.write_pretrain_shard(spec, shards)
+        for where in dict.fromkeys([device, torch.device("cpu")]):
+            job = pretrain.PretrainJob(dense, 3, root, root / "staging")
+            for path in (job.state, job.epoch_row(1)):
+                path.unlink(missing_ok=True)
+            pretrain.train(job, pretrain.SingleProcess(where.type))
+            seconds[where.type] = pretrain.epoch_rows(root).to_pylist()[-1]["seconds"]
+    return [
+        {
+            "bench": "pretrain densecl",
+            "images": images,
+            "images_per_s": images / seconds[device.type],
+            "cpu_images_per_s": images / seconds["cpu"],
+            "speedup_vs_cpu": seconds["cpu"] / seconds[device.type],
+        }
+    ]
+
+
 def run(small: bool = False, device: str | None = None) -> list[dict]:
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     sizes = SMALL if small else FULL
     rows = []
-    for bench in (bench_nt_xent, bench_scores, bench_dense, bench_signs, bench_embed):
+    benches = (bench_nt_xent, bench_scores, bench_dense, bench_signs, bench_embed, bench_pretrain)
+    for bench in benches:
         rows += [{"device": str(dev), **row} for row in bench(dev, sizes)]
     return rows
 

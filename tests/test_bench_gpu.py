@@ -26,6 +26,7 @@ def test_gpu_bench_runs_small_on_cpu_and_agrees_with_its_references() -> None:
         "dense_info_nce",
         "rademacher.linear",
         "random_conv embed",
+        "pretrain densecl",
     }
     for row in rows:
         assert row["device"] == "cpu" and not row.get("note"), row

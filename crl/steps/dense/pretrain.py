@@ -67,8 +67,8 @@ class SingleProcess:
 
     rank, world_size = 0, 1
 
-    def __init__(self) -> None:
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    def __init__(self, device: str | None = None) -> None:
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model.to(self.device)
