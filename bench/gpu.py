@@ -32,11 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
-
-import tempfile
 from pathlib import Path
 
 import kernels_scores  # the scripts' folder is on sys.path: the score losses' two formulations
@@ -44,9 +43,9 @@ import torch
 import torch.nn.functional as F
 
 from crl import rademacher
+from crl.core.dense_config import DenseConfig
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
-from crl.core.dense_config import DenseConfig
 from crl.losses import nt_xent
 from crl.steps import image_data
 from crl.steps.dense import pretrain
