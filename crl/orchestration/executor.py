@@ -92,7 +92,7 @@ class Executor(ABC):
         """A short description of where the work ran (or would run)."""
 
     @abstractmethod
-    def check_cpus(self, cpus: float) -> None:
+    def check_cpus(self, cpus: float, field: str = "runtime.cell_cpus") -> None:
         """Raise ConfigError when no worker could ever get `cpus` CPUs (a task would hang)."""
 
     @abstractmethod
@@ -134,7 +134,7 @@ class LocalExecutor(Executor):
     def where(self) -> str:
         return "this process (local executor, no Ray)"
 
-    def check_cpus(self, cpus: float) -> None:
+    def check_cpus(self, cpus: float, field: str = "runtime.cell_cpus") -> None:
         return None  # steps run here one after another, whatever `cpus` asks
 
     def map(
@@ -199,7 +199,7 @@ class RayExecutor(Executor):
     def where(self) -> str:
         return self._where or "nothing to compute (the local Ray was not started)"
 
-    def check_cpus(self, cpus: float) -> None:
+    def check_cpus(self, cpus: float, field: str = "runtime.cell_cpus") -> None:
         from crl.orchestration import runtime
 
         if self._where is None and self.local:
@@ -210,8 +210,8 @@ class RayExecutor(Executor):
             available = float(ray.cluster_resources().get("CPU", 0.0))
         if cpus > available:
             raise ConfigError(
-                f"config field runtime.cell_cpus: {cpus} CPUs per cell, but the Ray cluster has "
-                f"{available:g}: no cell could ever be scheduled"
+                f"config field {field}: {cpus:g} CPUs per unit, but the Ray cluster has "
+                f"{available:g}: no unit could ever be scheduled"
             )
 
     def map(

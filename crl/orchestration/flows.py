@@ -142,6 +142,8 @@ def bound_grid(
     runner = make_executor(executor, ray_address)
     runner.start()
     runner.check_cpus(config.runtime.cell_cpus)
+    if config.dense is not None and config.dense.pretrain is not None:  # 1 CPU per worker
+        runner.check_cpus(config.dense.pretrain.workers, "dense.pretrain.workers")
     clock.lap("start")
     materialize(config, paths, runner)
     clock.lap("materialize")

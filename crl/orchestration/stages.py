@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crl.core.config import CheckConfig, Config, is_paired
+from crl.core.errors import ConfigError
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure, Training
 from crl.orchestration.progress import Progress
@@ -128,6 +129,8 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
     )
     try:
         executor.train(pretrain_step.train, job, training)
+    except ConfigError:
+        raise
     except (RuntimeError, ValueError) as err:
         raise StageError(f"pretrain: {err}") from None
     return p.epochs - start

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from crl.core.errors import ConfigError
+
 MAX_FAILURES = 2
 
 
@@ -71,6 +73,24 @@ def use_gpus(use_gpu: bool | str, workers: int) -> bool:
     return bool(use_gpu)
 
 
+def _check_resources(workers: int, gpu: bool) -> None:
+    """Refuse a training the cluster can never place (Ray Train would wait for it)."""
+    import ray
+
+    resources = ray.cluster_resources()
+    cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    if cpus < workers:
+        raise ConfigError(
+            f"config field dense.pretrain.workers: {workers} workers of 1 CPU each, but the Ray "
+            f"cluster has {cpus:g} CPUs"
+        )
+    if gpu and gpus < workers:
+        raise ConfigError(
+            f"config field dense.pretrain.use_gpu: {workers} workers of 1 GPU each, but the Ray "
+            f"cluster has {gpus:g} GPUs"
+        )
+
+
 def fit_on_ray(
     loop: Callable[[Any, Any], None],
     job: Any,
@@ -87,6 +107,7 @@ def fit_on_ray(
     from ray.train.torch import TorchTrainer
 
     gpu = use_gpus(use_gpu, workers)
+    _check_resources(workers, gpu)
     trainer = TorchTrainer(
         _worker,
         train_loop_config={"loop": loop, "job": job},

@@ -135,8 +135,8 @@ def _check_cell_memory(config: Config, width: int) -> None:
 def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
     """Every check that can fail before work starts; then the run folder and its config.json.
 
-    `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus is checked
-    against them."""
+    `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus and
+    dense.pretrain.workers are checked against them."""
     if config.grid is not None and config.dataset.kind == "paired_parquet":
         _check_sizes(config)
     if config.grid is not None and is_paired(config.dataset):
@@ -149,6 +149,12 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
         raise ConfigError(
             f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "
             f"machine has {os.cpu_count()}: no cell could ever be scheduled"
+        )
+    pretrain = config.dense.pretrain if config.dense is not None else None
+    if pretrain is not None and pretrain.workers > (os.cpu_count() or 1) and local:
+        raise ConfigError(
+            f"config field dense.pretrain.workers: {pretrain.workers} workers of 1 CPU each, but "
+            f"this machine has {os.cpu_count()}: the training could never start"
         )
     paths = RunPaths(writable(out) / config.run_id())
     _writable_run_folder(paths)

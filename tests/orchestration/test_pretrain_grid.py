@@ -132,3 +132,19 @@ def test_kill_9_during_pretraining_then_rerun_gives_the_same_weights(
     resumed = pl.read_parquet(out / cfg.run_id() / "tables" / "pretrain.parquet")
     reference = pl.read_parquet(pretrained["dir"] / "tables" / "pretrain.parquet")
     assert resumed["loss"].to_list() == reference["loss"].to_list()
+
+
+def test_more_workers_than_cpus_exits_2_naming_the_field(tmp_path: Path) -> None:
+    path = write_config(tmp_path, TINY)
+    out = crl(
+        "run",
+        str(path),
+        "--out",
+        str(tmp_path / "runs"),
+        "--set",
+        "dense.pretrain.workers=8",
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "dense.pretrain.workers" in lines[0], lines

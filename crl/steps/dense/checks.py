@@ -27,6 +27,14 @@ def check_dense(dense: DenseConfig) -> None:
             f"config field dense.images.shards: {dense.images.shards} shards, but a split has "
             f"only {min(sizes.values())} images"
         )
+    if dense.pretrain is not None:
+        images = image_data.pretrain_size(dense)
+        if images < dense.pretrain.batch:
+            field = "images" if dense.images.kind == "shapes" else "fraction"
+            raise ConfigError(
+                f"config field dense.pretrain.batch: {dense.pretrain.batch} is larger than the "
+                f"pretraining split ({images} images; dense.pretrain.{field})"
+            )
     channels = image_data.channels(dense)
     size = dense.views.size
     try:

@@ -168,3 +168,16 @@ def test_checkpoints_are_plain_weights_of_the_backbone(tmp_path: Path) -> None:
         pq.read_table(sorted(job.data.glob("*.parquet"))[0]).column("image"), np.uint8
     )
     assert pixels.shape[1] == 3 * 16 * 16
+
+
+def test_a_batch_larger_than_the_pretraining_split_is_refused_before_work() -> None:
+    from crl.core.errors import ConfigError
+    from crl.steps.dense.checks import check_dense
+
+    with pytest.raises(
+        ConfigError,
+        match=r"dense.pretrain.batch: 64 is larger than the "
+        r"pretraining split \(32 images; dense.pretrain.images\)",
+    ):
+        check_dense(_dense(SHAPES, batch=64))
+    check_dense(_dense(SHAPES))
