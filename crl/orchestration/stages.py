@@ -110,6 +110,12 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
     if pretrain_step.is_done(job):
         return 0
     start = pretrain_step.finished_epochs(job)
+    if start >= p.epochs:  # every epoch ran, but a chosen checkpoint is gone: train again
+        sys.stderr.write(
+            f"crl: a checkpoint of {job.root} is missing; pretraining again from the start\n"
+        )
+        job.state.unlink()
+        start = 0
     if start:
         sys.stderr.write(f"crl: pretraining continues after epoch {start} of {p.epochs}\n")
     bar = Progress(f"pretrain ({p.objective})", p.epochs - start, progress)
