@@ -89,6 +89,7 @@ SUMMARISED = [
     "dense_probe_accuracy",
     "dense_probe_majority",
     "correspondence_top1",
+    "correspondence_chance",
     "bounds_seconds",
     "wall_seconds",
 ]
