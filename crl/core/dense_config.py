@@ -236,8 +236,6 @@ class DenseConfig(_Strict):
         p = self.pretrain
         if p is None:
             return self
-        if self.backbone.kind != "random_conv":
-            raise ValueError("pretrain: only a backbone of kind random_conv is pretrained")
         if isinstance(self.images, ShapesImages) and "fraction" in p.model_fields_set:
             raise ValueError("pretrain.fraction: shapes are generated; give pretrain.images")
         if not isinstance(self.images, ShapesImages) and "images" in p.model_fields_set:

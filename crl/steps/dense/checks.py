@@ -60,6 +60,11 @@ def check_dense(dense: DenseConfig) -> None:
                 f"{width} feature map of {dense.backbone.module} would repeat features; use "
                 f"grid <= {min(height, width)}"
             )
+    if dense.pretrain is not None and dense.backbone.kind != "random_conv":
+        raise ConfigError(
+            f"config field dense.pretrain: only a backbone of kind random_conv is pretrained "
+            f"(dense.backbone.kind is {dense.backbone.kind})"
+        )
     _check_cell_memory(dense, int(probe.shape[1]), int(probe.shape[2]))
     if tuple(probe.shape[1:2]) != (grid * grid,):
         raise ConfigError(

@@ -106,8 +106,6 @@ def test_the_pretrain_section_validates_its_fields() -> None:
     digits = {**SHAPES, "images": {"kind": "digits"}}
     with pytest.raises(ValueError, match="pretrain.images: digits images are a finite source"):
         _dense(digits, images=100)
-    with pytest.raises(ValueError, match="only a backbone of kind random_conv"):
-        _dense({**SHAPES, "backbone": {"kind": "module", "module": "torch.nn:Identity"}})
     with pytest.raises(ValueError, match="has repeated entries"):
         _dense(SHAPES, checkpoints=[1, 1])
     assert _dense(SHAPES, checkpoints=None).pretrain.embedded == [0, 3]
@@ -181,3 +179,10 @@ def test_a_batch_larger_than_the_pretraining_split_is_refused_before_work() -> N
     ):
         check_dense(_dense(SHAPES, batch=64))
     check_dense(_dense(SHAPES))
+    module = {"kind": "module", "module": "tests.steps.dense.backbones:PoolNet", "grid": 2}
+    with pytest.raises(
+        ConfigError,
+        match=r"dense.pretrain: only a backbone of kind random_conv "
+        r"is pretrained \(dense.backbone.kind is module\)",
+    ):
+        check_dense(_dense({**SHAPES, "backbone": module}))
