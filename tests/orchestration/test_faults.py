@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,8 +13,7 @@ import polars as pl
 import pytest
 
 from crl.core import config
-from tests import services
-from tests.conftest import REPO, crl
+from tests.conftest import REPO, crl, crl_killable
 from tests.orchestration.test_bound_grid import TINY, write_config
 
 pytestmark = pytest.mark.slow
@@ -47,14 +45,7 @@ def test_driver_sigkill_then_rerun(tmp_path: Path) -> None:
 
     out = tmp_path / "killed"
     cells_dir = out / cfg.run_id() / "cells"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "crl", "run", str(path), "--out", str(out), "--quiet"],
-        cwd=REPO,
-        env={**os.environ, "PREFECT_API_URL": services.session_prefect().api},
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    driver = crl_killable("run", str(path), "--out", str(out), "--quiet")
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(cells_dir.glob("*.parquet"))) < 8:
         assert driver.poll() is None, "the run finished before it could be killed"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +15,7 @@ import torch
 
 from crl.core import config
 from crl.steps.dense.cell import dense_keys
-from tests import services
-from tests.conftest import REPO, crl
+from tests.conftest import crl, crl_killable
 from tests.orchestration.test_bound_grid import run_twice, write_config
 
 pytestmark = pytest.mark.slow
@@ -103,14 +100,7 @@ def test_kill_9_during_pretraining_then_rerun_gives_the_same_weights(
     cfg = config.load(path)
     out = tmp_path / "killed"
     epochs = out / cfg.run_id() / "dense" / "pretrain" / "epochs"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "crl", "run", str(path), "--out", str(out), "--quiet"],
-        cwd=REPO,
-        env={**os.environ, "PREFECT_API_URL": services.session_prefect().api},
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    driver = crl_killable("run", str(path), "--out", str(out), "--quiet")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (epochs / "epoch=1.parquet").exists():
         assert driver.poll() is None, "the run ended before pretraining began"
