@@ -120,8 +120,8 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
         sys.stderr.write(f"crl: pretraining continues after epoch {start} of {p.epochs}\n")
     bar = Progress(f"pretrain ({p.objective})", p.epochs - start, progress)
 
-    def watch() -> None:
-        while bar.done < pretrain_step.finished_epochs(job) - start:
+    def watch() -> None:  # an epoch's row is written once the epoch is over
+        while job.epoch_row(start + bar.done + 1).exists():
             row = pq.read_table(job.epoch_row(start + bar.done + 1)).to_pylist()[0]
             bar.advance(f"loss {row['loss']:.4f}  {row['images_per_second']:.0f} images/s")
 
@@ -157,9 +157,8 @@ def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress:
         for s in shards
         if not _complete(paths.dense_features_of(epoch) / s.relative_to(paths.dense_data), rows[s])
     ]
-    checkpoints = (
-        {} if p is None else {e: pretrain_job(config, paths).checkpoint(e) for e in epochs}
-    )
+    job = None if p is None else pretrain_job(config, paths)
+    checkpoints = {} if job is None else {e: job.checkpoint(e) for e in epochs}
     args = (
         config.dense,
         image_data.channels(config.dense),

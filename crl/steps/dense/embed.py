@@ -146,17 +146,19 @@ class DenseEmbedder:
         self.data_dir, self.features_dir, self.staging = data_dir, features_dir, staging
         self.checkpoints = checkpoints or {}
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.encoders: dict[int | None, nn.Module] = {}
+        self.epoch: int | None = None
+        self.backbone = build_backbone(dense.backbone, channels).to(self.device).eval()
 
-    def _encoder(self, epoch: int | None) -> nn.Module:
-        if epoch not in self.encoders:
-            net = (
-                build_backbone(self.dense.backbone, self.channels)
-                if epoch is None
-                else load_checkpoint(self.checkpoints[epoch], self.dense, self.channels)
-            )
-            self.encoders = {epoch: net.to(self.device).eval()}  # one encoder held at a time
-        return self.encoders[epoch]
+    def _use(self, epoch: int | None) -> None:
+        """Hold the encoder of `epoch` (one at a time: items come ordered by epoch)."""
+        if epoch == self.epoch:
+            return
+        net = (
+            build_backbone(self.dense.backbone, self.channels)
+            if epoch is None
+            else load_checkpoint(self.checkpoints[epoch], self.dense, self.channels)
+        )
+        self.backbone, self.epoch = net.to(self.device).eval(), epoch
 
     @torch.no_grad()
     def _features(self, pixels: np.ndarray) -> np.ndarray:
@@ -177,7 +179,7 @@ class DenseEmbedder:
 
     def __call__(self, item: EmbedItem | Path) -> str:
         item = item if isinstance(item, EmbedItem) else EmbedItem(None, item)
-        self.backbone = self._encoder(item.epoch)
+        self._use(item.epoch)
         shard = item.shard
         table = pq.read_table(shard)
         grid, s = self.dense.backbone.grid, self.dense.views.size
