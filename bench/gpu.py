@@ -47,8 +47,8 @@ from crl.core.dense_config import DenseConfig
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
 from crl.losses import nt_xent
-from crl.steps import image_data
-from crl.steps.dense import pretrain
+from crl.steps import image_data, pretrain
+from crl.steps.dense.pretrain_task import DenseTask
 
 FULL = {
     "nt_xent": (4096, 16384, 65536),
@@ -272,7 +272,7 @@ def bench_pretrain(device: torch.device, sizes: dict) -> list[dict]:
         for spec in image_data.pretrain_plan(dense):
             image_data.write_pretrain_shard(spec, shards)
         for where in dict.fromkeys([device, torch.device("cpu")]):
-            job = pretrain.PretrainJob(dense, 3, root, root / "staging")
+            job = pretrain.PretrainJob(dense.pretrain, DenseTask(dense, 3), root, root / "staging")
             for path in (job.state, job.epoch_row(1)):
                 path.unlink(missing_ok=True)
             pretrain.train(job, pretrain.SingleProcess(where.type))

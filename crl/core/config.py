@@ -24,7 +24,7 @@ from crl.core.datasets import PairedParquetData as PairedParquetData
 from crl.core.datasets import ParquetData as ParquetData
 from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
-from crl.core.dense_config import IMAGE_KINDS, DenseConfig
+from crl.core.dense_config import IMAGE_KINDS, DenseConfig, PretrainConfig
 from crl.core.errors import ConfigError
 from crl.core.fingerprints import input_fingerprints
 from crl.core.grid_config import GRID_AXES as GRID_AXES
@@ -64,12 +64,18 @@ class _Run(_Strict):
 
 
 class EncoderConfig(_Strict):
-    """Frozen backbone applied in the embed stage; the cell then fits a norm-bounded linear head."""
+    """Frozen backbone applied in the embed stage; the cell then fits a norm-bounded linear head.
+
+    `pretrain` (small_cnn on a finite image source: digits, user Parquet): the encoder trained
+    with NT-Xent on `pretrain.fraction` of the train rows, which the cells never draw from
+    (crl.steps.unimodal.pretrain_task); each of its checkpoints is embedded and becomes the cells'
+    axis encoder_epoch (0: the random initialisation)."""
 
     kind: Literal["identity", "random_features", "small_cnn"] = "identity"
     out_dim: int = Field(128, ge=1)
     seed: int = 0
     batch_rows: int = Field(4096, ge=1)
+    pretrain: PretrainConfig | None = None
 
 
 class ModelConfig(_Strict):
@@ -153,6 +159,7 @@ class Config(_Run):
         "dense.grid.R",
         "dense.grid.temperature",
         "dense.pretrain",
+        "encoder.pretrain",
         "dataset.clip",
         "eval.oracle_anchors",
         "eval.ladder",
@@ -202,6 +209,34 @@ class Config(_Run):
         return self
 
     @model_validator(mode="after")
+    def _encoder_pretrain(self) -> Config:
+        p = self.encoder.pretrain
+        if p is None:
+            return self
+        if self.encoder.kind != "small_cnn":
+            raise ValueError(
+                f"encoder.pretrain: only the small_cnn encoder is pretrained (encoder.kind is "
+                f"{self.encoder.kind})"
+            )
+        if self.dataset is None or not isinstance(self.dataset, DigitsData | ParquetData):
+            kind = None if self.dataset is None else self.dataset.kind
+            raise ValueError(
+                f"encoder.pretrain: pretraining takes its rows from a finite image source "
+                f"(dataset.kind digits or parquet), not {kind}"
+            )
+        if p.objective != "nt_xent":
+            raise ValueError(
+                f"encoder.pretrain.objective: {p.objective} needs position features (the dense "
+                "backbone); the small_cnn encoder pretrains with nt_xent"
+            )
+        if "images" in p.model_fields_set:
+            raise ValueError(
+                "encoder.pretrain.images: the pretraining rows come from the dataset; give "
+                "encoder.pretrain.fraction (the share of its train rows pretraining takes)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _ladder_single_modality(self) -> Config:
         if self.eval.ladder is not None and (self.grid is None or is_paired(self.dataset)):
             raise ValueError(
@@ -234,6 +269,16 @@ class Config(_Run):
                 f"(they have {list(have)})"
             )
         return self
+
+    def pretrainings(self) -> dict[str, PretrainConfig]:
+        """The run's contrastive pretrainings by config section: encoder.pretrain (the grid's
+        encoder), dense.pretrain (the dense backbone)."""
+        found = {}
+        if self.grid is not None and self.encoder.pretrain is not None:
+            found["encoder.pretrain"] = self.encoder.pretrain
+        if self.dense is not None and self.dense.pretrain is not None:
+            found["dense.pretrain"] = self.dense.pretrain
+        return found
 
     def m_star_metrics(self) -> list[str]:
         """The metrics whose m*(n) the fits table reports (eval.m_star.metrics or the default)."""

@@ -171,8 +171,10 @@ class DenseEval(_Strict):
 
 
 class PretrainConfig(_Strict):
-    """Contrastive pretraining of the random_conv backbone (crl.steps.dense.pretrain) on a split
-    of images that no cell and no held-out evaluation ever draws from, on Ray Train.
+    """Contrastive pretraining on a split of images that no cell and no held-out evaluation ever
+    draws from, on Ray Train (crl.steps.pretrain): of the dense section's random_conv backbone
+    (`dense.pretrain`), or of the small_cnn encoder of the grid's cells (`encoder.pretrain`,
+    nt_xent on the dataset's image rows, views by its augmentation: crl.steps.data).
 
     `objective`: "nt_xent" (SimCLR: the pooled features of two augmented views through an MLP
     projection, in-batch negatives of each worker) or "densecl" ((1 - lam) global + lam dense

@@ -1,6 +1,7 @@
-"""Contrastive pretraining objectives of a dense backbone: SimCLR's NT-Xent and DenseCL.
+"""Contrastive pretraining objectives of an encoder: SimCLR's NT-Xent and DenseCL.
 
-The backbone maps images (N, c, S, S) to K = grid^2 position features (N, K, C). A projection
+A dense backbone maps images (N, c, S, S) to K = grid^2 position features (N, K, C); a global
+encoder (the grid's small_cnn) maps inputs to (N, C), which NT-Xent trains alone. A projection
 network on top gives a global embedding (the pooled features through an MLP, C -> C -> D) and,
 for DenseCL, a dense one (the same kind of MLP on every position), each normalised to the unit
 sphere. The projections are discarded after pretraining: the cells see the backbone alone.
@@ -43,7 +44,8 @@ def _mlp(width: int, out: int, gen: torch.Generator) -> nn.Sequential:
 
 
 class ContrastiveEncoder(nn.Module):
-    """A backbone (images -> (N, K, C) position features) with projection heads.
+    """A backbone (images -> (N, K, C) position features, or (N, C) global features: no dense
+    head then) with projection heads.
 
     Shape: forward(images (N, c, S, S)) -> global (N, D) unit rows, dense (N, K, D) unit rows
     (None without a dense head). The heads' initial weights come from `gen`.
@@ -63,8 +65,9 @@ class ContrastiveEncoder(nn.Module):
         self.dense_head = _mlp(channels, projection, gen) if dense else None
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        features = self.backbone(images)  # (N, K, C)
-        z = F.normalize(self.global_head(features.mean(dim=1)), dim=1)
+        features = self.backbone(images)  # (N, K, C), or (N, C) from a global encoder
+        pooled = features if features.ndim == 2 else features.mean(dim=1)
+        z = F.normalize(self.global_head(pooled), dim=1)
         if self.dense_head is None:
             return z, None
         return z, F.normalize(self.dense_head(features), dim=2)

@@ -109,8 +109,9 @@ def aggregate(
     cells_table, _ = aggregate_step.write_grid_tables_if_changed(
         cell_files, paths.tables, paths.staging, prov, spec
     )
-    if config.dense is not None and config.dense.pretrain is not None:
-        aggregate_step.write_pretrain_table(paths.pretrain, paths.tables, paths.staging, prov)
+    if config.pretrainings():
+        roots = [job.root for _, job in stages.pretrain_jobs(config, paths)]
+        aggregate_step.write_pretrain_table(roots, paths.tables, paths.staging, prov)
     flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]
     if not flags:
         return 0, 0
@@ -142,12 +143,12 @@ def bound_grid(
     runner = make_executor(executor, ray_address)
     runner.start()
     runner.check_cpus(config.runtime.cell_cpus)
-    if config.dense is not None and config.dense.pretrain is not None:  # 1 CPU per worker
-        runner.check_cpus(config.dense.pretrain.workers, "dense.pretrain.workers")
+    for section, p in config.pretrainings().items():  # 1 CPU per worker
+        runner.check_cpus(p.workers, f"{section}.workers")
     clock.lap("start")
     materialize(config, paths, runner)
     clock.lap("materialize")
-    if config.dense is not None and config.dense.pretrain is not None:
+    if config.pretrainings():
         pretrain(config, paths, runner, progress)
         clock.lap("pretrain")
     embed(config, paths, runner, progress)

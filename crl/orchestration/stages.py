@@ -17,11 +17,13 @@ from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure, Training
 from crl.orchestration.progress import Progress
 from crl.steps import cells, check_unit, data, image_data, schema
+from crl.steps import pretrain as pretrain_step
 from crl.steps.atomic import write_parquet_atomic
-from crl.steps.dense import pretrain as pretrain_step
-from crl.steps.dense.embed import DenseEmbedder, EmbedItem
-from crl.steps.embed import Embedder, features_path
+from crl.steps.dense.embed import DenseEmbedder
+from crl.steps.dense.pretrain_task import DenseTask
+from crl.steps.embed import Embedder, EmbedItem, features_path
 from crl.steps.runfolder import CheckPaths, RunPaths
+from crl.steps.unimodal.pretrain_task import EncoderTask
 
 
 class StageError(RuntimeError):
@@ -55,18 +57,33 @@ def _raise_failures(stage: str, results: list) -> None:
 
 
 def materialize(config: Config, paths: RunPaths, executor: Executor) -> int:
-    """Write every missing data shard (none for the paired Gaussian, drawn in the cells), and
-    the image shards of the dense section. Returns shards written."""
+    """Write every missing data shard (none for the paired Gaussian, drawn in the cells), the
+    pretraining split of encoder.pretrain, and the image shards of the dense section. Returns
+    shards written."""
     written = _materialize_images(config, paths, executor)
     if config.grid is None or config.dataset.kind == "paired_gaussian":
         return written
-    sizes = data.split_sizes(config.dataset)
+    fraction = _encoder_pretrain_fraction(config)
+    sizes = data.split_sizes(config.dataset, fraction)
     plan = data.shard_plan(config.dataset, sizes)
     todo = [s for s in plan if not _complete(data.shard_path(paths.data, s), s.rows)]
-    job = data.ShardJob(config.dataset, config.seed, paths.data, paths.staging)
+    job = data.ShardJob(config.dataset, config.seed, paths.data, paths.staging, fraction)
     results = executor.map(data.write_shard, todo, job, label="shards", progress=False)
     _raise_failures("materialize", results)
-    return written + len(todo)
+    written += len(todo)
+    if fraction is not None:
+        target = paths.encoder_pretrain / "data" / "part-00000.parquet"
+        rows = data.pretrain_rows(data.split_sizes(config.dataset)["train"], fraction)
+        if not _complete(target, rows):
+            table = data.make_pretrain_rows(config.dataset, config.seed, fraction)
+            write_parquet_atomic(table, target, paths.staging)
+            written += 1
+    return written
+
+
+def _encoder_pretrain_fraction(config: Config) -> float | None:
+    p = config.encoder.pretrain
+    return None if p is None else p.fraction
 
 
 def _materialize_images(config: Config, paths: RunPaths, executor: Executor) -> int:
@@ -94,19 +111,50 @@ def _materialize_images(config: Config, paths: RunPaths, executor: Executor) -> 
     return len(todo) + len(more)
 
 
-def pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.PretrainJob:
-    return pretrain_step.PretrainJob(
-        config.dense, image_data.channels(config.dense), paths.pretrain, paths.staging
-    )
+def dense_pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.PretrainJob:
+    task = DenseTask(config.dense, image_data.channels(config.dense))
+    return pretrain_step.PretrainJob(config.dense.pretrain, task, paths.pretrain, paths.staging)
+
+
+def encoder_pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.PretrainJob:
+    """The pretraining of the grid's encoder: its task knows the pixel range of the rows."""
+    x, _ = data.source_arrays(config.dataset)
+    rows = data.source_rows(config.dataset, config.seed, config.encoder.pretrain.fraction)
+    pixels = x[rows["pretrain"]]
+    task = EncoderTask(config.encoder, x.shape[1], float(pixels.min()), float(pixels.max()))
+    root = paths.encoder_pretrain
+    return pretrain_step.PretrainJob(config.encoder.pretrain, task, root, paths.staging)
+
+
+def pretrain_jobs(config: Config, paths: RunPaths) -> list[tuple[str, pretrain_step.PretrainJob]]:
+    """The pretrainings of a run, by config section: encoder.pretrain, dense.pretrain."""
+    jobs = []
+    if config.grid is not None and config.encoder.pretrain is not None:
+        jobs.append(("encoder.pretrain", encoder_pretrain_job(config, paths)))
+    if config.dense is not None and config.dense.pretrain is not None:
+        jobs.append(("dense.pretrain", dense_pretrain_job(config, paths)))
+    return jobs
 
 
 def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
-    """Pretrain the dense backbone (dense.pretrain) up to its last epoch, from the last finished
-    epoch on disk; a finished pretraining is reused. Returns the epochs trained now."""
-    if config.dense is None or config.dense.pretrain is None:
-        return 0
-    p = config.dense.pretrain
-    job = pretrain_job(config, paths)
+    """Run every pretraining of the run (encoder.pretrain, dense.pretrain) up to its last
+    epoch, from the last finished epoch on disk; a finished pretraining is reused. Returns the
+    epochs trained now."""
+    return sum(
+        _pretrain_one(section, job, config, paths, executor, progress)
+        for section, job in pretrain_jobs(config, paths)
+    )
+
+
+def _pretrain_one(
+    section: str,
+    job: pretrain_step.PretrainJob,
+    config: Config,
+    paths: RunPaths,
+    executor: Executor,
+    progress: bool,
+) -> int:
+    p = job.pretrain
     if pretrain_step.is_done(job):
         return 0
     start = pretrain_step.finished_epochs(job)
@@ -117,8 +165,8 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
         job.state.unlink()
         start = 0
     if start:
-        sys.stderr.write(f"crl: pretraining continues after epoch {start} of {p.epochs}\n")
-    bar = Progress(f"pretrain ({p.objective})", p.epochs - start, progress)
+        sys.stderr.write(f"crl: {section} continues after epoch {start} of {p.epochs}\n")
+    bar = Progress(f"pretrain {job.task.family} ({p.objective})", p.epochs - start, progress)
 
     def watch() -> None:  # an epoch's row is written once the epoch is over
         while job.epoch_row(start + bar.done + 1).exists():
@@ -129,7 +177,7 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
         p.workers,
         p.use_gpu,
         paths.staging / "ray-train",
-        f"pretrain-{config.run_id()}",
+        f"pretrain-{job.task.family}-{config.run_id()}",
         pretrain_step.SingleProcess,
         watch,
     )
@@ -138,7 +186,7 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
     except ConfigError:
         raise
     except (RuntimeError, ValueError) as err:
-        raise StageError(f"pretrain: {err}") from None
+        raise StageError(f"pretrain ({section}): {err}") from None
     return p.epochs - start
 
 
@@ -157,7 +205,7 @@ def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress:
         for s in shards
         if not _complete(paths.dense_features_of(epoch) / s.relative_to(paths.dense_data), rows[s])
     ]
-    job = None if p is None else pretrain_job(config, paths)
+    job = None if p is None else dense_pretrain_job(config, paths)
     checkpoints = {} if job is None else {e: job.checkpoint(e) for e in epochs}
     args = (
         config.dense,
@@ -172,17 +220,24 @@ def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress:
 
 
 def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
-    """Run the frozen encoder over every shard without features (and the dense backbone over
-    every image shard). Returns shards written."""
+    """Run the frozen encoder (or each chosen checkpoint of the pretrained one) over every shard
+    without features, and the dense backbone over every image shard. Returns shards written."""
     written = _embed_images(config, paths, executor, progress)
     if config.grid is None or is_paired(config.dataset):
         return written
     shards = sorted(paths.data.glob("split=*/part-*.parquet"))
     rows = {s: pq.read_metadata(s).num_rows for s in shards}
+    p = config.encoder.pretrain
+    epochs: list[int | None] = [None] if p is None else list(p.embedded)
     todo = [
-        s for s in shards if not _complete(features_path(paths.data, paths.features, s), rows[s])
+        EmbedItem(epoch, s)
+        for epoch in epochs
+        for s in shards
+        if not _complete(features_path(paths.data, paths.features_of(epoch), s), rows[s])
     ]
-    args = (config.encoder, paths.data, paths.features, paths.staging)
+    job = None if p is None else encoder_pretrain_job(config, paths)
+    checkpoints = {} if job is None else {e: job.checkpoint(e) for e in epochs}
+    args = (config.encoder, paths.data, paths.features, paths.staging, checkpoints)
     executor.map_workers(Embedder, args, todo, label="embed", progress=progress)
     return written + len(todo)
 

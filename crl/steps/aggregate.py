@@ -15,7 +15,7 @@ from crl.kernels import rates, saturation, stats
 from crl.kernels import tracking as ranks
 from crl.steps import digest, frontier, oracle, schema, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
-from crl.steps.dense.pretrain import epoch_rows
+from crl.steps.pretrain import epoch_rows
 
 GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
 BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
@@ -73,17 +73,18 @@ def write_grid_tables_if_changed(
 
 
 def write_pretrain_table(
-    pretrain_dir: Path, tables_dir: Path, staging: Path, provenance: dict[str, str]
+    roots: list[Path], tables_dir: Path, staging: Path, provenance: dict[str, str]
 ) -> pl.DataFrame | None:
-    """tables/pretrain.parquet: one row per finished epoch of pretraining (crl.steps.dense
-    .pretrain), with the provenance columns; None (and no file) before the first epoch."""
-    rows = epoch_rows(pretrain_dir)
-    if rows is None:
+    """tables/pretrain.parquet: one row per finished epoch of each pretraining whose files are
+    under `roots` (crl.steps.pretrain), with the provenance columns; None (and no file) before
+    the first epoch."""
+    found = [rows for root in roots if (rows := epoch_rows(root)) is not None]
+    if not found:
         return None
-    frame = pl.from_arrow(rows).with_columns(
-        [pl.lit(v, dtype=pl.String).alias(k) for k, v in provenance.items()]
-    )
-    frame = frame.select([*provenance, *rows.column_names])
+    frame = pl.concat([pl.from_arrow(rows) for rows in found], how="diagonal_relaxed")
+    columns = frame.columns
+    frame = frame.with_columns([pl.lit(v, dtype=pl.String).alias(k) for k, v in provenance.items()])
+    frame = frame.select([*provenance, *columns])
     described = schema.describe("pretrain", frame.to_arrow())
     write_parquet_atomic(described, tables_dir / "pretrain.parquet", staging)
     return frame

@@ -9,8 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
+import torch
 
 from crl.core.config import Config
+from crl.kernels import metrics
+from crl.kernels.seeding import generator
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.dense import cell as dense_cell
 from crl.steps.dense.features import DenseFeatures, load_dense_features
@@ -28,13 +31,14 @@ class CellJob:
     data), the paired source (paired data) or the dense features, and where rows go."""
 
     config: Config
-    features: Features | None
+    features: dict[int | None, Features] | None  # by encoder epoch (None: the frozen encoder)
     tau: float | None
     cells_dir: Path
     staging: Path
     git_commit: str = "unknown"
     paired: model_cell.PairedSource | split_cell.PairedSplits | None = None
     dense: dict[int | None, DenseFeatures] | None = None  # by encoder epoch (None: frozen)
+    encoder_probe: dict[int, float] | None = None  # with encoder.pretrain: by encoder epoch
 
 
 def all_keys(config: Config) -> list[CellKey | dense_cell.DenseKey]:
@@ -67,8 +71,30 @@ def _grid_job(config: Config, paths: RunPaths, commit: str) -> CellJob:
         return CellJob(config, None, None, *common, model_cell.source(config))
     if config.dataset.kind == "paired_parquet":
         return CellJob(config, None, None, *common, split_cell.load(config, paths.data))
-    features = load_features(paths.features)
-    return CellJob(config, features, tau_of(config, features.train.labels), *common)
+    p = config.encoder.pretrain
+    epochs = [None] if p is None else p.embedded
+    features = {e: load_features(paths.features_of(e)) for e in epochs}
+    labels = next(iter(features.values())).train.labels
+    probes = None
+    if p is not None:
+        points, seed = config.eval.probe_points, config.seed
+        probes = {e: encoder_probe(f, points, seed) for e, f in features.items()}
+    return CellJob(config, features, tau_of(config, labels), *common, encoder_probe=probes)
+
+
+def encoder_probe(features: Features, points: int, seed: int) -> float:
+    """The linear probe's test accuracy on the encoder's own features (no head): up to
+    `points` rows of each split, drawn once per run (crl.kernels.metrics)."""
+    gen = generator(seed, "encoder-probe")
+    train, test = features.train, features.test
+    rows_tr = torch.randperm(len(train.labels), generator=gen)[:points]
+    rows_te = torch.randperm(len(test.labels), generator=gen)[:points]
+    return metrics.linear_probe_accuracy(
+        train.inputs()[rows_tr],
+        train.label_tensor()[rows_tr],
+        test.inputs()[rows_te],
+        test.label_tensor()[rows_te],
+    )
 
 
 def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
@@ -86,7 +112,9 @@ def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
         config = cell_config(job.config, key)
         row = split_cell.run_paired_split_cell(config, key, cell_id, job.paired)
     else:
-        row = unimodal_cell.run_cell(job.config, key, job.features, job.tau)
+        row = unimodal_cell.run_cell(job.config, key, job.features[key.encoder_epoch], job.tau)
+        if job.encoder_probe is not None:
+            row["encoder_probe_accuracy"] = job.encoder_probe[key.encoder_epoch]
     row["cell_git_commit"] = job.git_commit
     row.setdefault("dataset", job.config.dataset.kind if job.config.dataset else None)
     path = job.cells_dir / f"{row['cell_id']}.parquet"

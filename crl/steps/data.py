@@ -176,8 +176,9 @@ def pair_widths(ds: PairedParquetData) -> tuple[int, int]:
     return x.shape[1], y.shape[1]
 
 
-def split_sizes(ds: Source) -> dict[str, int]:
-    """Rows per split, known before any work (user Parquet: read from the file)."""
+def split_sizes(ds: Source, pretrain: float | None = None) -> dict[str, int]:
+    """Rows per split, known before any work (user Parquet: read from the file). `pretrain`:
+    the share of the train rows that the pretraining split takes (encoder.pretrain.fraction)."""
     if isinstance(ds, PairedParquetData):
         is_test = user_pairs(ds)[2]
         return {"train": int((~is_test).sum()), "test": int(is_test.sum())}
@@ -185,9 +186,19 @@ def split_sizes(ds: Source) -> dict[str, int]:
         return {"train": ds.train_size, "test": ds.test_size}
     if isinstance(ds, DigitsData):
         test = max(1, round(ds.test_fraction * DIGITS_ROWS))
-        return {"train": DIGITS_ROWS - test, "test": test}
-    _, _, is_test = _user_arrays(ds)
-    return {"train": int((~is_test).sum()), "test": int(is_test.sum())}
+        train = DIGITS_ROWS - test
+    else:
+        _, _, is_test = _user_arrays(ds)
+        test, train = int(is_test.sum()), int((~is_test).sum())
+    return {"train": train - pretrain_rows(train, pretrain), "test": test}
+
+
+def pretrain_rows(train: int, fraction: float | None) -> int:
+    """Rows the pretraining split takes from a train split of `train` rows (0 without one);
+    at least one, and one is always left to train."""
+    if fraction is None:
+        return 0
+    return min(max(1, round(fraction * train)), train - 1)
 
 
 def shard_plan(ds: Source, sizes: dict[str, int]) -> list[ShardSpec]:
@@ -217,35 +228,71 @@ def input_width(ds: SyntheticData | DigitsData | ParquetData) -> int:
     return int(_user_arrays(ds)[0].shape[1])
 
 
-def _digits_split(ds: DigitsData, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    from sklearn.datasets import load_digits
+def source_rows(
+    ds: DigitsData | ParquetData, seed: int, pretrain: float | None = None
+) -> dict[str, np.ndarray]:
+    """The rows of a finite source (digits: scikit-learn's order; user Parquet: the file's) that
+    each split holds, in shard order: test, train and, with `pretrain` (the share of the train
+    rows it takes, drawn by a seeded shuffle), the pretraining split. The splits are disjoint,
+    and test and the order of train are those of a run without pretraining."""
+    if isinstance(ds, DigitsData):
+        order = torch.randperm(DIGITS_ROWS, generator=generator(seed, "digits-split")).numpy()
+        test = split_sizes(ds)["test"]
+        rows = {"test": order[:test], "train": order[test:]}
+    else:
+        is_test = _user_arrays(ds)[2]
+        rows = {"test": np.flatnonzero(is_test), "train": np.flatnonzero(~is_test)}
+    taken = pretrain_rows(len(rows["train"]), pretrain)
+    if taken:
+        shuffle = torch.randperm(len(rows["train"]), generator=generator(seed, "pretrain-rows"))
+        chosen = np.zeros(len(rows["train"]), dtype=bool)
+        chosen[shuffle[:taken].numpy()] = True
+        rows["pretrain"] = rows["train"][chosen]
+        rows["train"] = rows["train"][~chosen]
+    return rows
 
-    bunch = load_digits()
-    x = bunch.data.astype(np.float32) / 16.0  # (1797, 64) pixel intensities in [0, 1]
-    y = bunch.target.astype(np.int32)
-    order = torch.randperm(len(y), generator=generator(seed, "digits-split")).numpy()
-    test = split_sizes(ds)["test"]
-    return {"test": (x[order[:test]], y[order[:test]]), "train": (x[order[test:]], y[order[test:]])}
+
+def source_arrays(ds: DigitsData | ParquetData) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of a finite source: x (N, p) float32 (digits: pixel intensities in [0, 1]) and
+    labels (N,) int32 codes."""
+    if isinstance(ds, DigitsData):
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return bunch.data.astype(np.float32) / 16.0, bunch.target.astype(np.int32)
+    x, labels, _ = _user_arrays(ds)
+    return x, labels
 
 
 def augment_digits(images: np.ndarray, gen: torch.Generator) -> np.ndarray:
-    """A random view of 8x8 digits: shift by up to one pixel each way (zero fill) plus noise.
+    """A random view of 8x8 digits (pixel intensities in [0, 1]): `augment_square` on [0, 1].
 
     Shape: images (N, 64) -> (N, 64).
     """
-    n = images.shape[0]
-    grid = torch.from_numpy(images).reshape(n, 8, 8)
-    padded = torch.nn.functional.pad(grid, (1, 1, 1, 1))
+    return augment_square(images, gen, 0.0, 1.0)
+
+
+def augment_square(images: np.ndarray, gen: torch.Generator, low: float, high: float) -> np.ndarray:
+    """A random view of square images whose pixels lie in [low, high]: shift by up to one pixel
+    each way (filled with `low`) plus noise of 0.05 (high - low), clamped to [low, high].
+
+    Shape: images (N, side * side) -> (N, side * side) float32.
+    """
+    n, width = images.shape
+    side = math.isqrt(width)
+    grid = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).reshape(n, side, side)
+    padded = torch.nn.functional.pad(grid, (1, 1, 1, 1), value=low)
     shifts = torch.randint(0, 3, (n, 2), generator=gen)
-    rows = (shifts[:, 0, None] + torch.arange(8)).reshape(n, 8, 1)
-    cols = (shifts[:, 1, None] + torch.arange(8)).reshape(n, 1, 8)
+    rows = (shifts[:, 0, None] + torch.arange(side)).reshape(n, side, 1)
+    cols = (shifts[:, 1, None] + torch.arange(side)).reshape(n, 1, side)
     view = padded[torch.arange(n)[:, None, None], rows, cols]
-    view = view + 0.05 * torch.randn(view.shape, generator=gen)
-    return view.clamp(0, 1).reshape(n, 64).numpy().astype(np.float32)
+    view = view + 0.05 * (high - low) * torch.randn(view.shape, generator=gen)
+    return view.clamp(low, high).reshape(n, width).numpy().astype(np.float32)
 
 
-def make_shard(ds: Source, seed: int, spec: ShardSpec) -> pa.Table:
-    """The rows of one shard as an Arrow table; a pure function of its arguments."""
+def make_shard(ds: Source, seed: int, spec: ShardSpec, pretrain: float | None = None) -> pa.Table:
+    """The rows of one shard as an Arrow table; a pure function of its arguments (`pretrain`:
+    the share of the train rows the pretraining split takes, see `source_rows`)."""
     gen = generator(seed, "shard", spec.split, spec.index)
     ids = np.arange(spec.start, spec.start + spec.rows, dtype=np.int64)
     if isinstance(ds, PairedParquetData):  # pairs: id, x, y and no label
@@ -261,21 +308,12 @@ def make_shard(ds: Source, seed: int, spec: ShardSpec) -> pa.Table:
         classes = model.sample_classes(spec.rows, gen)
         x = model.sample_inputs(classes, gen).to(torch.float32).numpy()
         labels = classes.numpy().astype(np.int32)
-    elif isinstance(ds, DigitsData):
-        x_all, y_all = _digits_split(ds, seed)[spec.split]
-        x, labels = (
-            x_all[spec.start : spec.start + spec.rows],
-            y_all[spec.start : spec.start + spec.rows],
-        )
-        if ds.positives == "augmented":
-            views = (augment_digits(x, gen), augment_digits(x, gen))
     else:
-        x_all, y_all, is_test = _user_arrays(ds)
-        mask = is_test if spec.split == "test" else ~is_test
-        x, labels = (
-            x_all[mask][spec.start : spec.start + spec.rows],
-            y_all[mask][spec.start : spec.start + spec.rows],
-        )
+        x_all, y_all = source_arrays(ds)
+        rows = source_rows(ds, seed, pretrain)[spec.split][spec.start : spec.start + spec.rows]
+        x, labels = x_all[rows], y_all[rows]
+        if isinstance(ds, DigitsData) and ds.positives == "augmented":
+            views = (augment_digits(x, gen), augment_digits(x, gen))
     columns = {"id": ids, "label": labels.astype(np.int32), "x": list_column(x)}
     if views is not None:
         columns["view_a"] = list_column(views[0])
@@ -285,19 +323,36 @@ def make_shard(ds: Source, seed: int, spec: ShardSpec) -> pa.Table:
 
 @dataclass(frozen=True)
 class ShardJob:
-    """What every shard of a run shares: the dataset, the run seed and where shards go."""
+    """What every shard of a run shares: the dataset, the run seed, where shards go, and the
+    share of the train rows the pretraining split takes (encoder.pretrain.fraction)."""
 
     dataset: Source
     seed: int
     data_dir: Path
     staging: Path
+    pretrain: float | None = None
 
 
 def write_shard(spec: ShardSpec, job: ShardJob) -> str:
     """The step of the materialize stage: make one shard and write it atomically."""
     path = shard_path(job.data_dir, spec)
-    write_parquet_atomic(make_shard(job.dataset, job.seed, spec), path, job.staging)
+    shard = make_shard(job.dataset, job.seed, spec, job.pretrain)
+    write_parquet_atomic(shard, path, job.staging)
     return str(path)
+
+
+def make_pretrain_rows(ds: DigitsData | ParquetData, seed: int, pretrain: float) -> pa.Table:
+    """The pretraining split of a finite source: id, source_row (its row in the source) and x
+    (no label: pretraining never sees one)."""
+    x_all, _ = source_arrays(ds)
+    rows = source_rows(ds, seed, pretrain)["pretrain"]
+    return pa.table(
+        {
+            "id": np.arange(len(rows), dtype=np.int64),
+            "source_row": rows.astype(np.int64),
+            "x": list_column(x_all[rows]),
+        }
+    )
 
 
 def list_column(x: np.ndarray, dtype: type = np.float32) -> pa.Array:

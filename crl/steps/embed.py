@@ -2,10 +2,13 @@
 
 `Embedder` is a plain class, one per worker: it keeps one encoder per input width and runs it on
 the worker's device (CUDA when the worker has a GPU). The executor decides how many run where.
+With encoder.pretrain, every chosen checkpoint of the pretrained encoder embeds every shard, into
+features/epoch=<e>/ (`features_dir_of`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,21 @@ from crl.steps import data
 from crl.steps.atomic import write_parquet_atomic
 
 INPUT_COLUMNS = ("x", "view_a", "view_b")
+
+
+@dataclass(frozen=True)
+class EmbedItem:
+    """One shard under one encoder: the frozen encoder (epoch None) or the pretrained encoder
+    after `epoch` epochs."""
+
+    epoch: int | None
+    shard: Path
+
+
+def features_dir_of(features_root: Path, epoch: int | None) -> Path:
+    """Where the features of the encoder after `epoch` epochs go (features_root/epoch=<e>/), or
+    those of the frozen encoder (None: features_root itself)."""
+    return features_root if epoch is None else features_root / f"epoch={epoch}"
 
 
 def build(config: EncoderConfig, in_dim: int) -> nn.Module:
@@ -53,30 +71,47 @@ def features_path(data_dir: Path, features_dir: Path, shard: Path) -> Path:
 
 
 class Embedder:
-    """Embeds shards: `embedder(shard)` writes the shard's features and returns their path."""
+    """Embeds shards: `embedder(item)` writes the shard's features under the item's encoder and
+    returns their path. `checkpoints`: the pretrained encoder's weights by epoch."""
 
     def __init__(
-        self, config: EncoderConfig, data_dir: Path, features_dir: Path, staging: Path
+        self,
+        config: EncoderConfig,
+        data_dir: Path,
+        features_dir: Path,
+        staging: Path,
+        checkpoints: dict[int, Path] | None = None,
     ) -> None:
         self.config = config
         self.data_dir, self.features_dir, self.staging = data_dir, features_dir, staging
+        self.checkpoints = checkpoints or {}
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.modules: dict[int, nn.Module] = {}
+        self.modules: dict[tuple[int | None, int], nn.Module] = {}
 
-    def _module(self, width: int) -> nn.Module:
-        if width not in self.modules:
-            self.modules[width] = build(self.config, width)
-        return self.modules[width]
+    def _module(self, epoch: int | None, width: int) -> nn.Module:
+        if (epoch, width) not in self.modules:
+            if epoch is not None:  # one pretrained encoder at a time: items come by epoch
+                self.modules = {k: v for k, v in self.modules.items() if k[0] is None}
+            module = build(self.config, width)
+            if epoch is not None:
+                module.load_state_dict(
+                    torch.load(self.checkpoints[epoch], map_location="cpu", weights_only=True)
+                )
+            self.modules[epoch, width] = module
+        return self.modules[epoch, width]
 
-    def __call__(self, shard: Path) -> str:
-        table = pq.read_table(shard)
+    def __call__(self, item: EmbedItem | Path) -> str:
+        item = item if isinstance(item, EmbedItem) else EmbedItem(None, item)
+        table = pq.read_table(item.shard)
         columns = {"id": table.column("id"), "label": table.column("label")}
         for name in INPUT_COLUMNS:
             if name not in table.column_names:
                 continue
             x = data.list_to_numpy(table.column(name))
-            phi = embed(self._module(x.shape[1]), x, self.config.batch_rows, self.device)
+            module = self._module(item.epoch, x.shape[1])
+            phi = embed(module, x, self.config.batch_rows, self.device)
             columns[name] = data.list_column(phi)
-        target = features_path(self.data_dir, self.features_dir, shard)
+        features = features_dir_of(self.features_dir, item.epoch)
+        target = features_path(self.data_dir, features, item.shard)
         write_parquet_atomic(pa.table(columns), target, self.staging)
         return str(target)

@@ -22,15 +22,18 @@ Save = Callable[[plt.Figure, Path], None]
 
 
 def reference_setting(frame: pl.DataFrame) -> dict:
-    """For each setting (R, temperature, normalise) that takes several values in `frame`, the
-    value the per-objective panels are drawn at: the middle one of its sorted values."""
+    """For each setting (R, temperature, normalise, encoder_epoch) that takes several values in
+    `frame`, the value the per-objective panels are drawn at: the middle one of its sorted
+    values, and for encoder_epoch the last checkpoint (the trained encoder)."""
     chosen = {}
     for column in SETTINGS:
         if column not in frame.columns:
             continue
         values = sorted(v for v in frame[column].unique().to_list() if v is not None)
         if len(values) > 1:
-            chosen[column] = values[(len(values) - 1) // 2]
+            chosen[column] = (
+                values[-1] if column == "encoder_epoch" else values[(len(values) - 1) // 2]
+            )
     return chosen
 
 

@@ -3,7 +3,7 @@ of the config hash and its key, so a rerun of the same config finds its finished
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from crl.core.config import GRID_AXES, Config, GridConfig, objectives
 from crl.kernels.seeding import short_hash
@@ -12,9 +12,9 @@ from crl.kernels.seeding import short_hash
 @dataclass(frozen=True)
 class CellKey:
     """A cell of the (regime, loss, m, n, seed) grid (unimodal and paired families), and of the
-    optional axes R, temperature and normalise: None where the grid does not have the axis (the
-    cell takes model.R, eval.temperature, "scale"), so that the ids of grids without them do
-    not change."""
+    optional axes R, temperature, normalise and encoder_epoch: None where the grid does not have
+    the axis (the cell takes model.R, eval.temperature, "scale", the frozen encoder), so that
+    the ids of grids without them do not change."""
 
     regime: str
     loss: str
@@ -25,9 +25,14 @@ class CellKey:
     temperature: float | None = None
     normalise: str | None = None
     oracle: bool = False  # the oracle head of its (loss, m, setting): see `oracle_keys`
+    encoder_epoch: int | None = None  # with encoder.pretrain: the checkpoint the features are of
 
     def cell_id(self, config_hash: str) -> str:
-        axes = [(axis, value) for axis in GRID_AXES if (value := getattr(self, axis)) is not None]
+        axes = [
+            (axis, value)
+            for axis in (*GRID_AXES, "encoder_epoch")
+            if (value := getattr(self, axis)) is not None
+        ]
         role = [("oracle", True)] if self.oracle else []
         return short_hash(
             config_hash, self.regime, self.loss, self.m, self.n, self.seed, *axes, *role
@@ -51,12 +56,17 @@ def cell_config(config: Config, key: CellKey) -> Config:
 
 
 def grid_keys(config: Config) -> list[CellKey]:
-    """Every cell of the config's grid, in grid order, then its oracle cells (none without a
-    grid)."""
+    """Every cell of the config's grid, in grid order (with encoder.pretrain: once per embedded
+    checkpoint, epoch by epoch), then its oracle cells (none without a grid)."""
     g = config.grid
     if g is None:
         return []
-    return [*_grid_cells(g), *oracle_keys(config)]
+    p = config.encoder.pretrain
+    epochs = [None] if p is None else p.embedded
+    return [
+        *(replace(key, encoder_epoch=e) for e in epochs for key in _grid_cells(g)),
+        *oracle_keys(config),
+    ]
 
 
 def oracle_keys(config: Config) -> list[CellKey]:

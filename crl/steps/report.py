@@ -14,9 +14,15 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from crl.core.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from crl.steps import digest, figures, frontier_panel, ladder_panel, tracking_panel  # noqa: E402
+from crl.steps import (  # noqa: E402
+    digest,
+    figures,
+    frontier_panel,
+    ladder_panel,
+    pretrain_panel,  # noqa: E402
+    tracking_panel,
+)
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
-from crl.steps.dense import pretrain_panel  # noqa: E402
 from crl.steps.dense import report as report_dense  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
 from crl.steps.pages import html_table, page_html  # noqa: E402
@@ -308,9 +314,21 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     rest = summary.filter(family.ne_missing("dense"))
     paired = rest.height > 0 and family.filter(family.ne_missing("dense"))[0] == "paired"
     is_dense = pl.col("loss").str.starts_with("dense")
+    pretrain_path = tables / "pretrain.parquet"
+    pretrain = pl.read_parquet(pretrain_path) if pretrain_path.is_file() else None
     if rest.height:  # the panels at one setting of the grid's optional axes
         setting = frontier_panel.reference_setting(rest)
         sections.append(frontier_panel.setting_note(setting))
+        sections.append(
+            pretrain_panel.section(
+                pretrain,
+                frontier_panel.at_setting(rest, _but_epoch(setting)),
+                pretrain_panel.UNIMODAL,
+                out,
+                lambda f, p: _save(f, p, staging),
+                html_table,
+            )
+        )
         rest = frontier_panel.at_setting(rest, setting)
         rest_fits = frontier_panel.at_setting(fits.filter(~is_dense), setting)
         if not paired:
@@ -322,20 +340,16 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     if dense.height:
         setting = frontier_panel.reference_setting(dense)
         sections.append(frontier_panel.setting_note(setting))
-        pretrain_path = tables / "pretrain.parquet"
         sections.append(
             pretrain_panel.section(
-                pl.read_parquet(pretrain_path) if pretrain_path.is_file() else None,
-                frontier_panel.at_setting(dense, setting),
+                pretrain,
+                frontier_panel.at_setting(dense, _but_epoch(setting)),
+                pretrain_panel.DENSE,
                 out,
                 lambda f, p: _save(f, p, staging),
                 html_table,
             )
         )
-        if "encoder_epoch" in dense.columns and dense["encoder_epoch"].is_not_null().any():
-            last = dense["encoder_epoch"].max()  # the panels below: the last checkpoint
-            sections.append(f"<p>The dense panels below are drawn at encoder epoch {last}.</p>")
-            setting = {**setting, "encoder_epoch": last}
         dense_fits = frontier_panel.at_setting(fits.filter(is_dense), setting)
         sections.append(
             report_dense.body(
@@ -350,6 +364,11 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     page = page_html(f"crl run {prov['run_id']}", prov, "\n".join(s for s in sections if s))
     write_bytes_atomic(page, out / "index.html", staging)
     return out / "index.html"
+
+
+def _but_epoch(setting: dict) -> dict:
+    """A panel setting without its encoder epoch: the pretraining section draws every epoch."""
+    return {k: v for k, v in setting.items() if k != "encoder_epoch"}
 
 
 HEADLINE = [

@@ -20,7 +20,7 @@ from crl.kernels.encoders import square_side
 from crl.steps import data
 from crl.steps.atomic import write_bytes_atomic
 from crl.steps.dense.checks import check_dense
-from crl.steps.dense.embed import features_dir_of
+from crl.steps.embed import features_dir_of
 from crl.steps.keys import grid_keys
 
 
@@ -83,8 +83,19 @@ class RunPaths(RunFolder):
 
     @property
     def pretrain(self) -> Path:
-        """dense/pretrain/: data/ (the pretraining split), checkpoints/, epochs/, state.pt."""
+        """dense/pretrain/ (dense.pretrain): data/ (the pretraining split), checkpoints/,
+        epochs/, state.pt (crl.steps.pretrain)."""
         return self.root / "dense" / "pretrain"
+
+    @property
+    def encoder_pretrain(self) -> Path:
+        """pretrain/ (encoder.pretrain): the same files for the grid's encoder."""
+        return self.root / "pretrain"
+
+    def features_of(self, epoch: int | None) -> Path:
+        """The features of the grid's encoder after `epoch` epochs of pretraining
+        (features/epoch=<e>/), or of the frozen encoder (None: features/)."""
+        return features_dir_of(self.features, epoch)
 
     def dense_features_of(self, epoch: int | None) -> Path:
         """The position features of the encoder after `epoch` epochs of pretraining
@@ -135,8 +146,8 @@ def _check_cell_memory(config: Config, width: int) -> None:
 def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
     """Every check that can fail before work starts; then the run folder and its config.json.
 
-    `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus and
-    dense.pretrain.workers are checked against them."""
+    `local`: the run uses this machine's CPUs (no cluster), so runtime.cell_cpus and the
+    pretrainings' workers are checked against them."""
     if config.grid is not None and config.dataset.kind == "paired_parquet":
         _check_sizes(config)
     if config.grid is not None and is_paired(config.dataset):
@@ -150,12 +161,12 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
             f"config field runtime.cell_cpus: {config.runtime.cell_cpus} CPUs per cell, but this "
             f"machine has {os.cpu_count()}: no cell could ever be scheduled"
         )
-    pretrain = config.dense.pretrain if config.dense is not None else None
-    if pretrain is not None and pretrain.workers > (os.cpu_count() or 1) and local:
-        raise ConfigError(
-            f"config field dense.pretrain.workers: {pretrain.workers} workers of 1 CPU each, but "
-            f"this machine has {os.cpu_count()}: the training could never start"
-        )
+    for section, pretrain in config.pretrainings().items():
+        if pretrain.workers > (os.cpu_count() or 1) and local:
+            raise ConfigError(
+                f"config field {section}.workers: {pretrain.workers} workers of 1 CPU each, but "
+                f"this machine has {os.cpu_count()}: the training could never start"
+            )
     paths = RunPaths(writable(out) / config.run_id())
     _writable_run_folder(paths)
     if not paths.root.exists():
@@ -245,13 +256,24 @@ def _check_data(config: Config) -> None:
 
 
 def _check_sizes(config: Config) -> None:
-    """n within the train split, a test split, no empty shard."""
-    sizes = data.split_sizes(config.dataset)
+    """n within the train split (what pretraining leaves of it), a test split, no empty shard,
+    a pretraining batch within the pretraining split."""
+    pretrain = config.encoder.pretrain
+    fraction = None if pretrain is None else pretrain.fraction
+    sizes = data.split_sizes(config.dataset, fraction)
     if max(config.grid.n) > sizes["train"]:
+        left = " after encoder.pretrain.fraction" if pretrain is not None else ""
         raise ConfigError(
             f"config field grid.n: n={max(config.grid.n)} is larger than the train split "
-            f"({sizes['train']} rows) can serve (anchors are drawn without replacement)"
+            f"({sizes['train']} rows{left}) can serve (anchors are drawn without replacement)"
         )
+    if pretrain is not None:
+        rows = data.pretrain_rows(data.split_sizes(config.dataset)["train"], fraction)
+        if rows < pretrain.batch:
+            raise ConfigError(
+                f"config field encoder.pretrain.batch: {pretrain.batch} is larger than the "
+                f"pretraining split ({rows} rows; encoder.pretrain.fraction)"
+            )
     if sizes["test"] < 2:
         raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")
     if config.dataset.shards > min(sizes.values()):

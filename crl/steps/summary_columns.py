@@ -33,6 +33,7 @@ SUMMARISED = [
     "mean_classifier_accuracy",
     "top1_accuracy",
     "linear_probe_accuracy",
+    "encoder_probe_accuracy",
     "retrieval_auc",
     # signal (crl.steps.signal)
     "trivial_loss",

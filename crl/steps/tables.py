@@ -19,10 +19,11 @@ from crl.steps.summary_columns import CHECKED_HOLDS as CHECKED_HOLDS
 from crl.steps.summary_columns import FIRST, HOLDS, MEANS, SUMMARISED
 
 OBJECTIVE = ["dataset", "regime", "loss"]
-# the settings a cell is fitted under (constant in a run unless the grid makes them axes)
-SETTINGS = ["R", "temperature", "normalise"]
-# the dense grid's further axes (encoder_epoch: with dense.pretrain)
-DENSE_KEYS = ["negatives", "correspondence", "lam", "encoder_epoch"]
+# the settings a cell is fitted under (constant in a run unless the grid makes them axes;
+# encoder_epoch: with encoder.pretrain or dense.pretrain, the checkpoint of the encoder)
+SETTINGS = ["R", "temperature", "normalise", "encoder_epoch"]
+# the dense grid's further axes
+DENSE_KEYS = ["negatives", "correspondence", "lam"]
 # m* metrics (lower is better) as expressions over the cells table
 M_STAR_METRICS = {
     "excess_auc": pl.col("excess_auc"),
@@ -75,7 +76,7 @@ FITS_SCHEMA = {
 
 def curve_keys(frame: pl.DataFrame) -> list[str]:
     """What one (m, n) surface of a frame shares: dataset, regime, loss, the settings (R,
-    temperature, normalise) and the dense axes, those of them the frame has."""
+    temperature, normalise, encoder_epoch) and the dense axes, those of them the frame has."""
     return [*OBJECTIVE, *(k for k in [*SETTINGS, *DENSE_KEYS] if k in frame.columns)]
 
 

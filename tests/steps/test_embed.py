@@ -77,7 +77,7 @@ def test_embedder_writes_features_with_the_same_ids_and_labels(tmp_path: Path) -
     assert len(shards) == 4
     written = [embedder(shard) for shard in shards]
     assert written == [str(tmp_path / "features" / s.parent.name / s.name) for s in shards]
-    assert list(embedder.modules) == [6]  # one encoder per input width, reused across shards
+    assert list(embedder.modules) == [(None, 6)]  # one encoder per input width, reused
     module = embed.build(cfg.encoder, 6)
     for shard, target in zip(shards, written, strict=True):
         source, features = pq.read_table(shard), pq.read_table(target)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,21 +29,8 @@ from crl.kernels.crops import box_correspondence
 from crl.kernels.encoders import RandomConv
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.data import list_column, list_to_numpy
-from crl.steps.dense.pretrain import load_checkpoint
-
-
-@dataclass(frozen=True)
-class EmbedItem:
-    """One image shard under one encoder: the frozen backbone (epoch None) or the pretrained
-    backbone after `epoch` epochs."""
-
-    epoch: int | None
-    shard: Path
-
-
-def features_dir_of(features_root: Path, epoch: int | None) -> Path:
-    """Where the features of the encoder after `epoch` epochs go (crl.steps.runfolder)."""
-    return features_root if epoch is None else features_root / f"epoch={epoch}"
+from crl.steps.dense.pretrain_task import load_checkpoint
+from crl.steps.embed import EmbedItem, features_dir_of
 
 
 class _FeatureMap(nn.Module):

@@ -154,6 +154,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "R": model.R,
         "temperature": ev.temperature,
         "normalise": key.normalisation(),
+        **({} if key.encoder_epoch is None else {"encoder_epoch": key.encoder_epoch}),
         "delta": ev.delta,
         "train_loss": train_loss,
         "test_loss": test_loss,

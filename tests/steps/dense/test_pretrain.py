@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from crl.core.dense_config import DenseConfig
-from crl.steps import image_data
+from crl.steps import image_data, pretrain
 from crl.steps.data import list_to_numpy
-from crl.steps.dense import pretrain
+from crl.steps.dense.pretrain_task import DenseTask, backbone, load_checkpoint
 
 SHAPES = {
     "images": {
@@ -51,7 +51,8 @@ def _materialize(dense: DenseConfig, root: Path, seed: int = 0) -> pretrain.Pret
     job = image_data.ImageShardJob(dense, seed, root / "pretrain" / "data", root / "staging")
     for spec in image_data.pretrain_plan(dense):
         image_data.write_pretrain_shard(spec, job)
-    return pretrain.PretrainJob(dense, image_data.channels(dense), root / "pretrain", root / "st")
+    task = DenseTask(dense, image_data.channels(dense))
+    return pretrain.PretrainJob(dense.pretrain, task, root / "pretrain", root / "st")
 
 
 def _digests(pixels: torch.Tensor) -> set[str]:
@@ -153,11 +154,11 @@ def test_checkpoints_are_plain_weights_of_the_backbone(tmp_path: Path) -> None:
     dense = _dense(SHAPES, epochs=1, checkpoints=[0, 1])
     job = _materialize(dense, tmp_path)
     pretrain.train(job, pretrain.SingleProcess())
-    start = pretrain.load_checkpoint(job.checkpoint(0), dense, 3)
-    initial = pretrain.backbone(dense, 3)
+    start = load_checkpoint(job.checkpoint(0), dense, 3)
+    initial = backbone(dense, 3)
     for name, value in initial.state_dict().items():
         assert torch.equal(start.state_dict()[name], value)  # epoch 0: the random encoder
-    trained = pretrain.load_checkpoint(job.checkpoint(1), dense, 3)
+    trained = load_checkpoint(job.checkpoint(1), dense, 3)
     assert not torch.equal(trained.convs[0].weight, initial.convs[0].weight)
     rows = pretrain.epoch_rows(job.root).to_pylist()
     assert [r["epoch"] for r in rows] == [1]

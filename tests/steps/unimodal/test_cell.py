@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -100,8 +101,12 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
     assert documented[: len(PROVENANCE_COLUMNS)] == list(PROVENANCE_COLUMNS)
     # provenance is added by the aggregate stage, `dataset` and `cell_git_commit` by run_and_write
     by_aggregate = {"dataset", "cell_git_commit", "oracle_loss", "oracle_loss_ci", "excess_risk"}
-    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - by_aggregate
+    # only with encoder.pretrain: the key's epoch, and the encoder's probe (added by run_and_write)
+    pretrained = {"encoder_epoch", "encoder_probe_accuracy"}
+    assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - by_aggregate - pretrained
     assert len(documented) == len(set(documented))
+    at_epoch = cell.run_cell(cfg, dataclasses.replace(key, encoder_epoch=3), features, tau)
+    assert set(at_epoch) - set(row) == {"encoder_epoch"} and at_epoch["encoder_epoch"] == 3
 
 
 # the loss of f = 0 (every score 0), from the definitions: Saunshi's k-negative hinge
@@ -248,7 +253,9 @@ def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
 def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Path) -> None:
     features, tau = run
     cfg = config()
-    job = cells.CellJob(cfg, features, tau, tmp_path / "cells", tmp_path / ".staging", "abc123")
+    job = cells.CellJob(
+        cfg, {None: features}, tau, tmp_path / "cells", tmp_path / ".staging", "abc123"
+    )
     key = CellKey("scrl", "lse", 1, 10, 1)
     row = cells.run_and_write(key, job)
     assert row["dataset"] == "synthetic" and row["cell_git_commit"] == "abc123"

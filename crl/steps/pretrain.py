@@ -1,12 +1,16 @@
-"""The pretraining step: the dense backbone trained contrastively on the pretraining split.
+"""The pretraining step: an encoder trained contrastively on a pretraining split.
 
-What one worker of the training runs (`train`); crl.orchestration.pretrain launches it on Ray
+What one worker of the training runs (`train`); crl.orchestration.train launches it on Ray
 Train (DDP over `pretrain.workers` workers) or, with the local executor, in the process. The
 worker's `Context` is the only thing that knows about distribution: its rank, the world size,
 the device, how to wrap the model (DDP) and how to gather keys and sum numbers over workers.
+What is trained, on what and with which views is the job's `Task`: the dense section's
+backbone (crl.steps.dense.pretrain_task) or the grid's small_cnn encoder
+(crl.steps.unimodal.pretrain_task).
 
-Files, under <run>/dense/pretrain/ (written by rank 0, each atomically):
-  checkpoints/epoch=<e>.pt  the backbone's weights after e epochs (a plain state dict of
+Files, under the job's root (written by rank 0, each atomically):
+  data/part-<k>.parquet     the pretraining split (written by the materialize stage)
+  checkpoints/epoch=<e>.pt  the encoder's weights after e epochs (a plain state dict of
                             tensors, loaded with torch.load(weights_only=True)), for every
                             epoch in pretrain.checkpoints; epoch 0 is the initialisation
   epochs/epoch=<e>.parquet  one row per epoch: loss, images, seconds, throughput (the
@@ -27,19 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-from crl.core.dense_config import DenseConfig
-from crl.kernels import crops
+from crl.core.dense_config import PretrainConfig
 from crl.kernels import pretrain as objectives
-from crl.kernels.encoders import RandomConv
 from crl.kernels.seeding import generator
 from crl.steps.atomic import write_bytes_atomic, write_parquet_atomic
-from crl.steps.data import list_to_numpy
 
 
 class Context(Protocol):
@@ -83,13 +83,32 @@ class SingleProcess:
         return None
 
 
+class Task(Protocol):
+    """What is pretrained: the encoder, its inputs and their views."""
+
+    family: str  # whose encoder: "unimodal" (encoder.pretrain) or "dense" (dense.pretrain)
+    width: int  # features per position of the encoder's output (the projections' input)
+
+    def network(self) -> nn.Module:
+        """The encoder at its initialisation (epoch 0): inputs -> (N, C) or (N, K, C)."""
+
+    def inputs(self, data: Path) -> torch.Tensor:
+        """The pretraining split under `data`, in id order, as stored (N, ...)."""
+
+    def views(
+        self, batch: torch.Tensor, gen: torch.Generator, dense: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Two augmented views of `batch` (rows of `inputs`) drawn from `gen`, and with
+        `dense` the geometric correspondent in view 2 of each view-1 position (B, K)."""
+
+
 @dataclass(frozen=True)
 class PretrainJob:
     """What every worker of one pretraining shares."""
 
-    dense: DenseConfig
-    channels: int
-    root: Path  # <run>/dense/pretrain
+    pretrain: PretrainConfig
+    task: Task
+    root: Path  # <run>/pretrain (encoder.pretrain) or <run>/dense/pretrain (dense.pretrain)
     staging: Path
 
     @property
@@ -107,18 +126,11 @@ class PretrainJob:
         return self.root / "state.pt"
 
 
-def backbone(dense: DenseConfig, channels: int) -> RandomConv:
-    """The backbone at its initialisation (epoch 0): the run's random_conv."""
-    b = dense.backbone
-    return RandomConv(channels, b.channels, b.layers, b.downsample, b.grid, b.seed)
-
-
-def load_checkpoint(path: Path, dense: DenseConfig, channels: int) -> RandomConv:
-    """The backbone after the epochs of checkpoint `path`; nothing in the file is unpickled
-    but tensors (weights_only)."""
-    net = backbone(dense, channels)
-    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    return net.requires_grad_(False)
+def load_weights(network: nn.Module, path: Path) -> nn.Module:
+    """`network` with the weights of checkpoint `path`, frozen; nothing in the file is
+    unpickled but tensors (weights_only)."""
+    network.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return network.requires_grad_(False)
 
 
 def finished_epochs(job: PretrainJob) -> int:
@@ -130,19 +142,8 @@ def finished_epochs(job: PretrainJob) -> int:
 
 def is_done(job: PretrainJob) -> bool:
     """Whether every epoch ran and every chosen checkpoint is on disk."""
-    p = job.dense.pretrain
+    p = job.pretrain
     return finished_epochs(job) >= p.epochs and all(job.checkpoint(e).exists() for e in p.embedded)
-
-
-def _images(job: PretrainJob) -> torch.Tensor:
-    """The pretraining split. Shape: (N, c, S, S) uint8."""
-    files = sorted(job.data.glob("part-*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{job.data}: no pretraining shards")
-    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("id")
-    pixels = np.ascontiguousarray(list_to_numpy(table.column("image"), np.uint8)).copy()
-    side = int(round((pixels.shape[1] / job.channels) ** 0.5))
-    return torch.from_numpy(pixels).reshape(-1, job.channels, side, side)
 
 
 def _save(obj: object, path: Path, staging: Path) -> None:
@@ -157,12 +158,12 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 def train(job: PretrainJob, ctx: Context) -> None:
     """Train from the last finished epoch (or the start) to pretrain.epochs."""
-    p, views = job.dense.pretrain, job.dense.views
-    images = _images(job)
+    p = job.pretrain
+    images = job.task.inputs(job.data)
     dense_loss = p.objective == "densecl"
     encoder = objectives.ContrastiveEncoder(
-        backbone(job.dense, job.channels).requires_grad_(True),
-        job.dense.backbone.channels,
+        job.task.network().requires_grad_(True),
+        job.task.width,
         p.projection,
         dense_loss,
         generator(p.seed, "pretrain-heads"),
@@ -197,7 +198,6 @@ def train(job: PretrainJob, ctx: Context) -> None:
             f"pretrain.batch: {p.batch} is larger than the pretraining split "
             f"({images.shape[0]} images)"
         )
-    grid = (job.dense.backbone.grid, job.dense.backbone.grid)
     for epoch in range(start + 1, p.epochs + 1):
         started = time.perf_counter()
         order = torch.randperm(images.shape[0], generator=generator(p.seed, "pretrain", epoch))
@@ -206,14 +206,9 @@ def train(job: PretrainJob, ctx: Context) -> None:
         loss_sum, seen = 0.0, 0
         for step in range(steps):
             lo = step * p.batch + ctx.rank * per_worker
-            x = images[order[lo : lo + per_worker]].float().div_(255.0)
-            labels = torch.zeros(x.shape[0], x.shape[2], x.shape[3], dtype=torch.int64)
-            v1, v2 = crops.two_views(
-                x, labels, views.size, draw, tuple(views.scale), tuple(views.ratio), views.flip
-            )
-            a, b = v1.images.to(ctx.device), v2.images.to(ctx.device)
+            a, b, match = job.task.views(images[order[lo : lo + per_worker]], draw, dense_loss)
+            a, b = a.to(ctx.device), b.to(ctx.device)
             if dense_loss:
-                match = crops.grid_correspondence(v1, v2, grid)
                 loss, k_global, k_dense = objectives.densecl_loss(
                     model, key, a, b, match, queues, p.temperature, p.lam
                 )
@@ -226,11 +221,12 @@ def train(job: PretrainJob, ctx: Context) -> None:
                 objectives.ema_update(key, _unwrap(model), p.momentum)
                 queues[0].push(ctx.gather(k_global))
                 queues[1].push(ctx.gather(k_dense))
-            loss_sum += float(loss.detach()) * x.shape[0]
-            seen += x.shape[0]
+            loss_sum += float(loss.detach()) * a.shape[0]
+            seen += a.shape[0]
         loss_sum, seen = ctx.total([loss_sum, float(seen)])
         seconds = time.perf_counter() - started
         row = {
+            "encoder": job.task.family,
             "epoch": epoch,
             "objective": p.objective,
             "loss": loss_sum / seen,
