@@ -79,7 +79,11 @@ def _crl_bare(*args: str, env: dict) -> float:
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "crl", *args, "--quiet"],
-        cwd=REPO, check=True, env=env, capture_output=True, text=True,
+        cwd=REPO,
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     return time.perf_counter() - started
 

@@ -12,8 +12,12 @@ import pytest
 
 from tests.conftest import REPO
 
-LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-        "sys.exit(lint_imports_command())"]
+LINT = [
+    sys.executable,
+    "-c",
+    "import sys; from importlinter.cli import lint_imports_command; "
+    "sys.exit(lint_imports_command())",
+]
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -21,7 +25,11 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
         [*LINT, "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -100,8 +100,10 @@ def paired_difference(
     Shape: a, b (n,). The pairing (the same held-out tuples under two predictors) removes the
     variance the two share; reduced in float64."""
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired_difference: a {tuple(a.shape)} and b {tuple(b.shape)}: "
-                         "expected two (n,) tensors")
+        raise ValueError(
+            f"paired_difference: a {tuple(a.shape)} and b {tuple(b.shape)}: "
+            "expected two (n,) tensors"
+        )
     diff = a.double() - b.double()
     n = diff.shape[0]
     if n < 2:

@@ -32,13 +32,28 @@ def _rows(statement: str, instance: int, seed: int = 0) -> tuple[dict, ...]:
 
 
 def test_registry_and_default_counts() -> None:
-    expected = {"S1_convex": 64, "S1_monotone": 64, "S1_lipschitz": 64, "S1_value_at_zero": 1,
-                "S1_oscillation": 64, "S2_contraction": 400, "S3_lemma43": 80,
-                "S4_decomposition": 80, "S5_collision": 80, "S6_lemma51": 200, "S7_coverage": 54,
-                "LI_fisher_consistency": 30, "LI_calibration": 60, "DENSE_mi_bound": 60,
-                "BOUNDS_gamma_S_coverage": 24, "BOUNDS_lse_inner": 30,
-                "CERT_kl_inverse": 40, "CERT_gaussian_kl": 40, "CERT_monte_carlo": 12,
-                "CERT_pac_bayes": 6}
+    expected = {
+        "S1_convex": 64,
+        "S1_monotone": 64,
+        "S1_lipschitz": 64,
+        "S1_value_at_zero": 1,
+        "S1_oscillation": 64,
+        "S2_contraction": 400,
+        "S3_lemma43": 80,
+        "S4_decomposition": 80,
+        "S5_collision": 80,
+        "S6_lemma51": 200,
+        "S7_coverage": 54,
+        "LI_fisher_consistency": 30,
+        "LI_calibration": 60,
+        "DENSE_mi_bound": 60,
+        "BOUNDS_gamma_S_coverage": 24,
+        "BOUNDS_lse_inner": 30,
+        "CERT_kl_inverse": 40,
+        "CERT_gaussian_kl": 40,
+        "CERT_monte_carlo": 12,
+        "CERT_pac_bayes": 6,
+    }
     # one decorator fills both dicts, in THEORY.md order
     assert list(checks.STATEMENTS) == list(expected)
     assert list(checks.DEFAULT_INSTANCES.items()) == list(expected.items())
@@ -158,7 +173,7 @@ def test_calibration_closed_form_excess_matches_monte_carlo() -> None:
     B = torch.tensor([[0.6, 0.0], [0.0, -0.8]], dtype=torch.float64)  # ||B||_F = 1
     n, m = 2000, 2048
     x, y = model.sample_pairs(n, gen)
-    y_neg = model.sample_negatives(n, m, gen)                               # n x m x Dy
+    y_neg = model.sample_negatives(n, m, gen)  # n x m x Dy
     x_neg = x[:, None, :].expand(n, m, 2)
     g_pos = torch.einsum("ni,ij,nj->n", y, B, x)
     g_neg = torch.einsum("nmi,ij,nmj->nm", y_neg, B, x_neg)

@@ -41,8 +41,13 @@ def _table1(loss: str, m: int, R: float, T: float) -> dict[str, float]:
             "lip": m * math.exp(R * R) / ((m + 1) * LN2),
         }
     if loss == "lse":
-        return {"lo": -a, "B": 4 * R * R, "L": 1.0,
-                "w": 1 / (1 + (m - 1) * math.exp(-2 * R * R / T)), "lip": T * math.exp(R * R / T)}
+        return {
+            "lo": -a,
+            "B": 4 * R * R,
+            "L": 1.0,
+            "w": 1 / (1 + (m - 1) * math.exp(-2 * R * R / T)),
+            "lip": T * math.exp(R * R / T),
+        }
     return {
         "lo": math.log(1 + m * math.exp(-a / T)),
         "B": math.log((1 + m * math.exp(a / T)) / (1 + m * math.exp(-a / T))),
@@ -52,8 +57,12 @@ def _table1(loss: str, m: int, R: float, T: float) -> dict[str, float]:
     }
 
 
-CASES = [(loss, m, R, T) for loss in certified.LOSSES for m in (1, 4, 16) for (R, T) in
-         ((1.0, 1.0), (2.0, 0.5), (0.5, 0.2))]
+CASES = [
+    (loss, m, R, T)
+    for loss in certified.LOSSES
+    for m in (1, 4, 16)
+    for (R, T) in ((1.0, 1.0), (2.0, 0.5), (0.5, 0.2))
+]
 
 
 @pytest.mark.parametrize(("loss", "m", "R", "T"), CASES)
@@ -231,11 +240,19 @@ def test_gamma_s_routes_match_thm34() -> None:
         l2p = math.log(2 * p)
         expected = {
             "V": 2 * math.sqrt(3) * math.sqrt(6) * L * R**2 * math.sqrt(d * (S_pairs + S_neg)) / n,
-            "Vw": 2 * math.sqrt(3) * R**2 * math.sqrt(d)
-            * (L * math.sqrt(5 * S_pairs) + math.sqrt(w * S_neg)) / n,
+            "Vw": 2
+            * math.sqrt(3)
+            * R**2
+            * math.sqrt(d)
+            * (L * math.sqrt(5 * S_pairs) + math.sqrt(w * S_neg))
+            / n,
             "B1": 2 * math.sqrt(2) * L * R**2 * math.sqrt(2 * l2p * vA) / n,
-            "B2": 2 * math.sqrt(2) * R**2 * math.sqrt(2 * l2p) * (L * math.sqrt(v0)
-                                                              + math.sqrt(w * vN)) / n,
+            "B2": 2
+            * math.sqrt(2)
+            * R**2
+            * math.sqrt(2 * l2p)
+            * (L * math.sqrt(v0) + math.sqrt(w * vN))
+            / n,
         }
         routes = certified.gamma_s_routes(stats, c, d)
         for k, v in expected.items():
@@ -253,8 +270,11 @@ def test_gamma_e_routes_match_thm35_and_bound_every_sample() -> None:
         L, w, l2p = c.L, c.omega, math.log(2 * p)
         expected = {
             "V": 2 * math.sqrt(3) * math.sqrt(6) * L * R**2 * math.sqrt(d * (m + 2) / n),
-            "Vw": 2 * math.sqrt(3) * R**2 * math.sqrt(d / n) * (math.sqrt(10) * L
-                                                                + math.sqrt(w * m)),
+            "Vw": 2
+            * math.sqrt(3)
+            * R**2
+            * math.sqrt(d / n)
+            * (math.sqrt(10) * L + math.sqrt(w * m)),
             "B1": 4 * math.sqrt(2) * math.sqrt(2) * L * R**2 * math.sqrt(l2p * m / n),
             "B2": 4 * R**2 * math.sqrt(l2p / n) * (L + math.sqrt(w * m)),
         }
@@ -283,8 +303,13 @@ def test_lse_inner_bound_against_exact_two_point_laws() -> None:
             worst = 0.0
             for q in torch.linspace(0.01, 0.99, 99, dtype=F64).tolist():
                 k = torch.arange(m + 1, dtype=F64)
-                logp = (torch.lgamma(torch.tensor(m + 1.0, dtype=F64)) - torch.lgamma(k + 1)
-                        - torch.lgamma(m - k + 1) + k * math.log(q) + (m - k) * math.log(1 - q))
+                logp = (
+                    torch.lgamma(torch.tensor(m + 1.0, dtype=F64))
+                    - torch.lgamma(k + 1)
+                    - torch.lgamma(m - k + 1)
+                    + k * math.log(q)
+                    + (m - k) * math.log(1 - q)
+                )
                 mu_hat = (k * beta + (m - k) * alpha) / m
                 mu = q * beta + (1 - q) * alpha
                 bias = T * (math.log(mu) - float((logp.exp() * mu_hat.log()).sum()))
@@ -304,7 +329,8 @@ def test_sscrl_inner_formula_and_hinge_has_none() -> None:
             c = certified.loss_constants(loss, m, R, 0.5)
             e = math.exp(R * R / tau)
             dm = 2 * R * R * e / (tau * math.sqrt(m)) + (e - 1 / e) * math.sqrt(
-                math.log(2 / delta) / (2 * m))
+                math.log(2 / delta) / (2 * m)
+            )
             bias = min(2 * cc * R * R / tau, cc * (e - 1) ** 2 / (2 * m))
             expected = c.lip_mu * dm + (0.0 if loss == "lse" else bias)
             assert certified.sscrl_inner(c, delta) == pytest.approx(expected, rel=1e-12)

@@ -49,8 +49,9 @@ def _discrete(classes: int, points: int, dim: int, seed: int) -> LatentClassMode
 
 def _weights(draw, size: int) -> torch.Tensor:
     raw = draw(
-        st.lists(st.one_of(st.just(0.0), st.floats(0.05, 1.0)), min_size=size, max_size=size)
-        .filter(lambda w: sum(w) > 0)
+        st.lists(
+            st.one_of(st.just(0.0), st.floats(0.05, 1.0)), min_size=size, max_size=size
+        ).filter(lambda w: sum(w) > 0)
     )
     w = torch.tensor(raw, dtype=F64)
     return w / w.sum()
@@ -75,7 +76,7 @@ def test_theory_statements_s3_s4_s5(case) -> None:
     model, f, loss = case
     pop = population(model, f, loss)
     assert pop.tau == pytest.approx(float((model.prior**2).sum()), abs=1e-15)
-    if pop.tau == 1.0:            # a single class has mass: L_un = L_un^=, no distinct pairs
+    if pop.tau == 1.0:  # a single class has mass: L_un = L_un^=, no distinct pairs
         assert pop.L_un == pytest.approx(pop.L_un_eq, abs=1e-10)
         assert math.isnan(pop.L_sup_mu)
     else:
@@ -94,7 +95,7 @@ def _naive_population(model: LatentClassModel, f, loss: str, gamma: float):
     ell = LOSSES[loss]
     rho = model.prior.tolist()
     probs = model.support_probs.tolist()
-    feats = f(model.support).tolist()                              # C x S x d
+    feats = f(model.support).tolist()  # C x S x d
     classes, points = len(rho), len(probs[0])
 
     def dot(u, v):
@@ -116,8 +117,10 @@ def _naive_population(model: LatentClassModel, f, loss: str, gamma: float):
                             distinct += value
     tau = sum(r * r for r in rho)
     d = len(feats[0][0])
-    mu = [[sum(probs[c][a] * feats[c][a][t] for a in range(points)) for t in range(d)]
-          for c in range(classes)]
+    mu = [
+        [sum(probs[c][a] * feats[c][a][t] for a in range(points)) for t in range(d)]
+        for c in range(classes)
+    ]
 
     def sup_risk(loss_fn):
         risk = 0.0
@@ -140,15 +143,21 @@ def _naive_population(model: LatentClassModel, f, loss: str, gamma: float):
         norm = sum(probs[c][a] * math.sqrt(dot(feats[c][a], feats[c][a])) for a in range(points))
         s_f += rho[c] ** 2 / tau * math.sqrt(np.linalg.norm(cov, 2)) * norm
     return {
-        "L_un": total, "L_un_eq": same / tau, "L_un_neq": distinct / (1 - tau),
-        "L_sup_mu": sup_risk(ell), "L_gamma_sup_mu": sup_risk(lambda t: max(1 + t / gamma, 0)),
-        "s_f": s_f, "tau": tau, "mu": mu,
+        "L_un": total,
+        "L_un_eq": same / tau,
+        "L_un_neq": distinct / (1 - tau),
+        "L_sup_mu": sup_risk(ell),
+        "L_gamma_sup_mu": sup_risk(lambda t: max(1 + t / gamma, 0)),
+        "s_f": s_f,
+        "tau": tau,
+        "mu": mu,
     }
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
-@pytest.mark.parametrize(("classes", "points", "dim", "seed"), [(2, 1, 1, 0), (3, 2, 2, 1),
-                                                                 (4, 3, 3, 2), (3, 3, 1, 3)])
+@pytest.mark.parametrize(
+    ("classes", "points", "dim", "seed"), [(2, 1, 1, 0), (3, 2, 2, 1), (4, 3, 3, 2), (3, 3, 1, 3)]
+)
 def test_population_matches_naive_loop(loss, classes, points, dim, seed) -> None:
     model = _discrete(classes, points, dim, seed)
     f = _tanh_rep(2, dim, 1.5, seed + 10)
@@ -191,9 +200,9 @@ def test_sampling_shapes_and_reproducibility(kind: str) -> None:
     sscrl = model.sample_tuples(6, 3, "sscrl", _gen(1))
     assert sscrl.negatives.shape == (3, 4) and sscrl.negative_classes.shape == (3,)
     assert sscrl.anchor_classes.shape == (6,)
-    if kind == "discrete":                   # samples lie on the support of their class
+    if kind == "discrete":  # samples lie on the support of their class
         x = scrl.negatives.reshape(-1, 4)
-        pts = model.support[scrl.negative_classes.reshape(-1)]          # N x S x D
+        pts = model.support[scrl.negative_classes.reshape(-1)]  # N x S x D
         assert ((pts - x[:, None]).abs().amax(-1) == 0).any(-1).all()
 
 
@@ -227,6 +236,7 @@ def test_population_mc_gaussian_identity_matches_analytic() -> None:
         def integrand(x: float) -> float:
             inner = _hinge_of_normal(x * (means[k] - means[c]), math.sqrt(2) * sigma * abs(x))
             return stats.norm.pdf(x, means[c], sigma) * inner
+
         return integrate.quad(integrand, means[c] - 12 * sigma, means[c] + 12 * sigma)[0]
 
     risk = [[pair_risk(c, k) for k in range(3)] for c in range(3)]
@@ -241,7 +251,7 @@ def test_population_mc_gaussian_identity_matches_analytic() -> None:
                 if p != q:
                     delta = (means[q] - means[p]) / scale
                     half = _hinge_of_normal(means[p] * delta, sigma * abs(delta))
-                    total += rho[p] * rho[q] * half   # (p, q) and (q, p) halves sum over pairs
+                    total += rho[p] * rho[q] * half  # (p, q) and (q, p) halves sum over pairs
         return total / (1 - tau)
 
     def abs_mean(m: float) -> float:
@@ -251,8 +261,13 @@ def test_population_mc_gaussian_identity_matches_analytic() -> None:
 
     s_f = sum(rho[c] ** 2 / tau * sigma * abs_mean(means[c]) for c in range(3))
     exact = {
-        "L_un": tau * eq + (1 - tau) * neq, "L_un_eq": eq, "L_un_neq": neq, "L_sup_mu": sup(1.0),
-        "L_gamma_sup_mu": sup(2.0), "s_f": s_f, "tau": tau,
+        "L_un": tau * eq + (1 - tau) * neq,
+        "L_un_eq": eq,
+        "L_un_neq": neq,
+        "L_sup_mu": sup(1.0),
+        "L_gamma_sup_mu": sup(2.0),
+        "s_f": s_f,
+        "tau": tau,
     }
     for name, value in exact.items():
         assert abs(getattr(est, name) - value) <= 2 * getattr(est, f"{name}_ci"), name
@@ -315,8 +330,11 @@ def test_optimal_score_is_log_density_ratio() -> None:
     a, s = TWO.transform.numpy(), TWO.noise
     cov = a @ a.T + s**2 * np.eye(3)
     ref = [
-        TEMP * (stats.multivariate_normal(a @ xi, s**2 * np.eye(3)).logpdf(yi)
-                - stats.multivariate_normal(np.zeros(3), cov).logpdf(yi))
+        TEMP
+        * (
+            stats.multivariate_normal(a @ xi, s**2 * np.eye(3)).logpdf(yi)
+            - stats.multivariate_normal(np.zeros(3), cov).logpdf(yi)
+        )
         for xi, yi in zip(x.numpy(), y.numpy(), strict=True)
     ]
     assert torch.allclose(_optimal(x, y), torch.tensor(ref, dtype=F64), rtol=1e-10, atol=1e-12)
@@ -328,7 +346,7 @@ def test_optimal_score_is_log_density_ratio() -> None:
 def test_optimal_lse_closed_form_vs_monte_carlo() -> None:
     l_star = TWO.optimal_lse(TEMP)
     x, y = TWO.sample_pairs(200_000, _gen(1))
-    direct = -_optimal(x, y)                      # L* = -E s*(x, y) = -T I(X; Y)
+    direct = -_optimal(x, y)  # L* = -E s*(x, y) = -T I(X; Y)
     mean, half = direct.mean().item(), 1.96 * direct.std().item() / math.sqrt(len(direct))
     assert abs(mean - l_star) <= 2 * half
     est = TWO.population_lse(_optimal, TEMP, 4000, 2000, _gen(2))
@@ -367,7 +385,7 @@ def test_optimal_score_maximises_auc_and_calibration_holds() -> None:
     auc_opt = TWO.population_auc(_optimal, 100_000, _gen(3))
     l_star = TWO.optimal_lse(TEMP)
     for name, score in perturbed.items():
-        auc = TWO.population_auc(score, 100_000, _gen(3))         # common random numbers
+        auc = TWO.population_auc(score, 100_000, _gen(3))  # common random numbers
         assert auc.value < auc_opt.value, name
         lse = TWO.population_lse(score, TEMP, 2000, 500, _gen(4))
         assert lse.value > l_star, name
@@ -386,4 +404,3 @@ def test_two_modality_shapes_and_errors() -> None:
         TwoModalityGaussian(torch.eye(2), -1.0)
     with pytest.raises(ValueError, match="temperature=0"):
         TWO.optimal_lse(0.0)
-

@@ -48,10 +48,12 @@ def _naive_mean_classifier(train_f, train_y, test_f, test_y, loss):
             for cls, sign in ((p, 1.0), (q, -1.0)):
                 rows = [x for x, y in zip(test_f, test_y, strict=True) if y == cls]
                 margins = [sign * sum(w[t] * x[t] for t in range(d)) for x in rows]
-                halves.append((
-                    sum(ell(-g) for g in margins) / len(rows),
-                    sum(1.0 if g > 0 else 0.5 if g == 0 else 0.0 for g in margins) / len(rows),
-                ))
+                halves.append(
+                    (
+                        sum(ell(-g) for g in margins) / len(rows),
+                        sum(1.0 if g > 0 else 0.5 if g == 0 else 0.0 for g in margins) / len(rows),
+                    )
+                )
             weight = freq[p] * freq[q]
             total += weight
             risk += weight * (halves[0][0] + halves[1][0]) / 2
@@ -67,7 +69,7 @@ def _naive_mean_classifier(train_f, train_y, test_f, test_y, loss):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mean_classifier_matches_naive_loop(loss: str, seed: int) -> None:
     g = _gen(seed)
-    train_y = torch.randint(0, 4, (40,), generator=g) * 3 + 1    # labels 1, 4, 7, 10
+    train_y = torch.randint(0, 4, (40,), generator=g) * 3 + 1  # labels 1, 4, 7, 10
     test_y = torch.randint(0, 4, (30,), generator=g) * 3 + 1
     train_f = torch.randn(40, 3, dtype=torch.float64, generator=g) + train_y[:, None] / 5
     test_f = torch.randn(30, 3, dtype=torch.float64, generator=g) + test_y[:, None] / 5
@@ -97,7 +99,7 @@ def test_mean_classifier_separated_and_tied() -> None:
     zeros = torch.zeros(6, 3)
     tied = mean_classifier(zeros, torch.tensor([0, 1, 2] * 2), zeros, torch.tensor([0, 1, 2] * 2))
     assert tied.accuracy == 0.5
-    assert tied.risk == 1.0                                       # l(0) = 1 for both losses
+    assert tied.risk == 1.0  # l(0) = 1 for both losses
 
 
 def test_mean_classifier_bad_inputs() -> None:
@@ -118,14 +120,14 @@ def test_mean_classifier_bad_inputs() -> None:
 
 def test_linear_probe_separable_gaussians() -> None:
     g = _gen(4)
-    centers = 4.0 * torch.eye(5, dtype=torch.float64)[:4]        # 4 classes in R^5
+    centers = 4.0 * torch.eye(5, dtype=torch.float64)[:4]  # 4 classes in R^5
     train_y = torch.randint(0, 4, (400,), generator=g)
     test_y = torch.randint(0, 4, (400,), generator=g)
     train_f = centers[train_y] + 0.5 * torch.randn(400, 5, dtype=torch.float64, generator=g)
     test_f = centers[test_y] + 0.5 * torch.randn(400, 5, dtype=torch.float64, generator=g)
     acc = linear_probe_accuracy(train_f, train_y, test_f, test_y)
     assert acc >= 0.99
-    assert acc == linear_probe_accuracy(train_f, train_y, test_f, test_y)   # deterministic
+    assert acc == linear_probe_accuracy(train_f, train_y, test_f, test_y)  # deterministic
 
 
 def test_linear_probe_bad_inputs() -> None:
@@ -141,12 +143,15 @@ def test_linear_probe_bad_inputs() -> None:
 def test_retrieval_auc_matches_loop_and_closed_forms() -> None:
     g = _gen(5)
     pos = torch.randint(0, 4, (7,), generator=g).double()
-    neg = torch.randint(0, 4, (7, 5), generator=g).double()     # integers: many ties
-    naive = sum(
-        1.0 if p > q else 0.5 if p == q else 0.0
-        for p, row in zip(pos.tolist(), neg.tolist(), strict=True)
-        for q in row
-    ) / neg.numel()
+    neg = torch.randint(0, 4, (7, 5), generator=g).double()  # integers: many ties
+    naive = (
+        sum(
+            1.0 if p > q else 0.5 if p == q else 0.0
+            for p, row in zip(pos.tolist(), neg.tolist(), strict=True)
+            for q in row
+        )
+        / neg.numel()
+    )
     assert retrieval_auc(pos, neg) == pytest.approx(naive, rel=1e-15)
     assert retrieval_auc(torch.ones(3), torch.zeros(3, 4)) == 1.0
     assert retrieval_auc(torch.ones(3), torch.ones(3, 4)) == 0.5

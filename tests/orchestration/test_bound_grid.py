@@ -91,17 +91,28 @@ def test_bounds_recomputed_from_the_table_alone_and_every_one_holds(tiny_run: di
         B = row["loss_range"]
         assert level == (row["delta"] / 2 if row["regime"] == "sscrl" else row["delta"])
         s_form = 3 * B * math.sqrt(math.log(4 / level) / (2 * n))
-        seed_term = 2 * math.sqrt(18) * row["loss_lipschitz_seed"] * R * R * math.sqrt(
-            d * row["S2"]) / n
+        seed_term = (
+            2 * math.sqrt(18) * row["loss_lipschitz_seed"] * R * R * math.sqrt(d * row["S2"]) / n
+        )
         assert row["gamma_m"] == pytest.approx(seed_term + s_form, rel=1e-9)
         l2p = math.log(2 * p)
         routes = [
             2 * math.sqrt(3) * math.sqrt(6) * L * R * R * math.sqrt(d * row["S2"]) / n,
-            2 * math.sqrt(3) * R * R * math.sqrt(d)
-            * (L * math.sqrt(5 * row["S_pairs"]) + math.sqrt(w * row["S_neg"])) / n,
+            2
+            * math.sqrt(3)
+            * R
+            * R
+            * math.sqrt(d)
+            * (L * math.sqrt(5 * row["S_pairs"]) + math.sqrt(w * row["S_neg"]))
+            / n,
             2 * (1 if m == 1 else math.sqrt(2)) * L * R * R * math.sqrt(2 * l2p * row["v_A"]) / n,
-            2 * math.sqrt(2) * R * R * math.sqrt(2 * l2p)
-            * (L * math.sqrt(row["v_0"]) + math.sqrt(w * row["v_N"])) / n,
+            2
+            * math.sqrt(2)
+            * R
+            * R
+            * math.sqrt(2 * l2p)
+            * (L * math.sqrt(row["v_0"]) + math.sqrt(w * row["v_N"]))
+            / n,
         ]
         assert row["gamma_S"] == pytest.approx(min(routes) + s_form, rel=1e-9)
         for name in ("gamma_m", "gamma_S", "gamma_E"):
@@ -214,8 +225,15 @@ def test_digits_augmented_small_cnn(tmp_path: Path) -> None:
         },
     }
     # the local executor: the Ray path of the embed and cells stages is tiny_run's
-    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet",
-              "--executor", "local")
+    out = crl(
+        "run",
+        str(write_config(tmp_path, tree)),
+        "--out",
+        str(tmp_path / "runs"),
+        "--quiet",
+        "--executor",
+        "local",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     features = pq.read_table(run_dir / "features" / "split=train" / "part-00000.parquet")
@@ -245,8 +263,15 @@ def test_user_parquet(tmp_path: Path) -> None:
         "grid": {"regimes": ["sscrl"], "losses": ["lse"], "m": [2], "n": [30], "seeds": [0]},
         "eval": {"rademacher_draws": 4},
     }
-    out = crl("run", str(write_config(tmp_path, tree)), "--out", str(tmp_path / "runs"), "--quiet",
-              "--executor", "local")
+    out = crl(
+        "run",
+        str(write_config(tmp_path, tree)),
+        "--out",
+        str(tmp_path / "runs"),
+        "--quiet",
+        "--executor",
+        "local",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     cells = pl.read_parquet(next((tmp_path / "runs").iterdir()) / "tables" / "cells.parquet")
     assert cells.height == 1 and cells["p"][0] == 16
@@ -325,8 +350,9 @@ def test_local_executor_writes_the_same_cells_table(tiny_run: dict, tmp_path: Pa
     assert "local executor, no Ray" in out.stdout
     for name in ("cells", "summary", "fits"):
         ray_table = pl.read_parquet(tiny_run["dir"] / "tables" / f"{name}.parquet")
-        local = pl.read_parquet(tmp_path / "runs" / tiny_run["config"].run_id() / "tables" /
-                                f"{name}.parquet")
+        local = pl.read_parquet(
+            tmp_path / "runs" / tiny_run["config"].run_id() / "tables" / f"{name}.parquet"
+        )
         timing = [c for c in ray_table.columns if c.startswith(("wall_seconds", "bounds_seconds"))]
         assert local.drop(timing).equals(ray_table.drop(timing)), name
 
@@ -336,8 +362,16 @@ def test_every_cell_failing_exits_1_naming_the_failures(tmp_path: Path) -> None:
     tree = {**TINY, "grid": {**TINY["grid"], "regimes": ["scrl"], "m": [3], "n": [20]}}
     path = write_config(tmp_path, tree)
     inject = {"PYTHONPATH": str(REPO / "tests" / "fault_injection"), "CRL_FAULT": "raise:3:20"}
-    out = crl("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--executor", "local",
-              env=inject)
+    out = crl(
+        "run",
+        str(path),
+        "--out",
+        str(tmp_path / "runs"),
+        "--quiet",
+        "--executor",
+        "local",
+        env=inject,
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     failures = list((tmp_path / "runs").glob("*/tables/failures.parquet"))

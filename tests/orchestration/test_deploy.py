@@ -49,18 +49,10 @@ TINY = {
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-
-
 def write_tiny(folder: Path) -> Path:
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY))
     return path
-
-
-
-
-
-
 
 
 def kill_marked(marker: str) -> None:

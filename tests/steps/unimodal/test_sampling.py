@@ -16,7 +16,12 @@ from crl.steps.unimodal import certify, sampling
 
 def _model() -> LatentClassModel:
     return LatentClassModel.synthetic(
-        classes=3, dim=5, separation=2.0, noise=1.0, prior="uniform", zipf_exponent=1.0,
+        classes=3,
+        dim=5,
+        separation=2.0,
+        noise=1.0,
+        prior="uniform",
+        zipf_exponent=1.0,
         generator=torch.Generator().manual_seed(0),
     )
 
@@ -203,8 +208,9 @@ def test_bound_columns_compare_each_bound_with_its_gap() -> None:
     )
     assert too_big["gamma_S_holds"] is False and too_big["gamma_m_holds"] is False
     assert too_big["sscrl_total_holds"] is True  # the total gap 0.01 is within the total
-    own = sampling.ModelPopulation(_model(), torch.nn.Identity(),
-                                   Normalizer(np.zeros(5, dtype=np.float32), 2.0))
+    own = sampling.ModelPopulation(
+        _model(), torch.nn.Identity(), Normalizer(np.zeros(5, dtype=np.float32), 2.0)
+    )
     scrl = own.train(30, 4, False, torch.Generator().manual_seed(9))
     stats = _statistics(scrl, 4)
     lse = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, 0.0, None)
