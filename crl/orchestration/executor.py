@@ -70,7 +70,8 @@ class _WorkerHost:
 @dataclass(frozen=True)
 class Training:
     """How a training runs: workers, GPUs ("auto": when the cluster has one per worker), Ray
-    Train's storage and run name, the context of a run without workers, and a progress hook."""
+    Train's storage and run name, the context of a run without workers, a progress hook, and
+    the config section that sets it (named by its errors)."""
 
     workers: int
     use_gpu: bool | str
@@ -78,6 +79,7 @@ class Training:
     name: str
     single: Callable[[], Any]
     watch: Callable[[], None]
+    section: str = "pretrain"
 
 
 class Executor(ABC):
@@ -282,6 +284,7 @@ class RayExecutor(Executor):
             storage=training.storage,
             name=training.name,
             watch=training.watch,
+            section=training.section,
         )
 
 

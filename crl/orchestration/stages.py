@@ -180,6 +180,7 @@ def _pretrain_one(
         f"pretrain-{job.task.family}-{config.run_id()}",
         pretrain_step.SingleProcess,
         watch,
+        section,
     )
     try:
         executor.train(pretrain_step.train, job, training)

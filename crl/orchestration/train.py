@@ -23,7 +23,7 @@ MAX_FAILURES = 2
 
 
 class _RayTrainContext:
-    """The context of one Ray Train worker (crl.steps.dense.pretrain.Context)."""
+    """The context of one Ray Train worker (crl.steps.pretrain.Context)."""
 
     def __init__(self) -> None:
         import ray.train
@@ -53,11 +53,6 @@ class _RayTrainContext:
         torch.distributed.all_reduce(sums)
         return sums.tolist()
 
-    def report(self, metrics: dict) -> None:
-        import ray.train
-
-        ray.train.report(metrics)
-
 
 def _worker(config: dict) -> None:
     config["loop"](config["job"], _RayTrainContext())
@@ -73,7 +68,7 @@ def use_gpus(use_gpu: bool | str, workers: int) -> bool:
     return bool(use_gpu)
 
 
-def _check_resources(workers: int, gpu: bool) -> None:
+def _check_resources(workers: int, gpu: bool, section: str) -> None:
     """Refuse a training the cluster can never place (Ray Train would wait for it)."""
     import ray
 
@@ -81,12 +76,12 @@ def _check_resources(workers: int, gpu: bool) -> None:
     cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
     if cpus < workers:
         raise ConfigError(
-            f"config field dense.pretrain.workers: {workers} workers of 1 CPU each, but the Ray "
+            f"config field {section}.workers: {workers} workers of 1 CPU each, but the Ray "
             f"cluster has {cpus:g} CPUs"
         )
     if gpu and gpus < workers:
         raise ConfigError(
-            f"config field dense.pretrain.use_gpu: {workers} workers of 1 GPU each, but the Ray "
+            f"config field {section}.use_gpu: {workers} workers of 1 GPU each, but the Ray "
             f"cluster has {gpus:g} GPUs"
         )
 
@@ -100,14 +95,16 @@ def fit_on_ray(
     storage: Path,
     name: str,
     watch: Callable[[], None],
+    section: str = "pretrain",
 ) -> None:
     """Run `loop(job, ctx)` on `workers` Ray Train workers; `watch()` is called about once a
-    second while it runs (progress). Raises RuntimeError when the training fails."""
+    second while it runs (progress). Raises RuntimeError when the training fails, ConfigError
+    (naming the config `section`) when the cluster cannot place it."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     gpu = use_gpus(use_gpu, workers)
-    _check_resources(workers, gpu)
+    _check_resources(workers, gpu, section)
     trainer = TorchTrainer(
         _worker,
         train_loop_config={"loop": loop, "job": job},

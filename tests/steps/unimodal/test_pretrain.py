@@ -121,15 +121,18 @@ def test_sizes_are_checked_before_any_work(tmp_path: Path) -> None:
 
 
 class _Dies(pretrain.SingleProcess):
-    """A worker that is killed after reporting epoch `last`, before that epoch's files."""
+    """A worker that is killed once epoch `last` is trained, before that epoch's files (the
+    epoch's sums over workers are its last step: one call per epoch)."""
 
     def __init__(self, last: int) -> None:
         super().__init__()
-        self.last = last
+        self.last, self.epochs = last, 0
 
-    def report(self, metrics: dict) -> None:
-        if metrics["epoch"] == self.last:
+    def total(self, values: list[float]) -> list[float]:
+        self.epochs += 1
+        if self.epochs == self.last:
             raise KeyboardInterrupt("killed")
+        return values
 
 
 def test_a_resumed_pretraining_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
