@@ -21,7 +21,7 @@ from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
 from crl.steps import aggregate as aggregate_step
-from crl.steps import check_report, check_tables, report, tables
+from crl.steps import catalogue, check_report, check_tables, report, tables
 from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
 
 
@@ -162,7 +162,6 @@ def bound_grid(
         clock.lap("aggregate")
         page = render(paths)
         clock.lap("report")
-    paths.clean_staging()
     result = asdict(
         GridResult(
             str(paths.root),
@@ -177,8 +176,13 @@ def bound_grid(
             clock.seconds,
         )
     )
+    flow_run = artifacts.current_flow_run()
     if page:
-        artifacts.publish_grid(paths.root, page, checked, held, result)
+        artifacts.publish_grid(paths.root, page, checked, held, result, flow_run)
+    catalogue.record_flow_run(
+        paths.root, flow_run.flow_run_id, flow_run.deployment_id, flow_run.deployment, paths.staging
+    )
+    paths.clean_staging()
     return result
 
 

@@ -13,6 +13,10 @@ difference between two runs.
   (columns aligned, missing ones null); `run_id` tells the rows apart.
 - `diff(summary_a, summary_b)`: per (dataset, regime, loss, settings, m, n), each compared
   quantity's seed mean in A and B and B - A.
+- `record_flow_run(run_dir, ...)` and `previous_flow_run(out, deployment_id, ...)`: the Prefect
+  flow runs that ran each folder (`flow_runs.json`), so a scheduled run is compared with the
+  previous run of its own deployment, in whichever folder that one ran (an unchanged config and
+  inputs give the same folder; a changed input a new one).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import polars as pl
 
 from crl.core.config import Config, validate
 from crl.core.errors import ConfigError
+from crl.steps.atomic import write_bytes_atomic
 from crl.steps.cells import all_keys
 from crl.steps.tables import keys_of
 
@@ -181,6 +186,49 @@ def previous_run(run_dir: Path) -> Path | None:
     return max(
         others, key=lambda p: (p / "tables" / "summary.parquet").stat().st_mtime, default=None
     )
+
+
+FLOW_RUNS = "flow_runs.json"  # in a run folder: the Prefect flow runs that ran it, oldest first
+
+
+def flow_runs(run_dir: Path) -> list[dict]:
+    """The flow runs recorded in `run_dir` (none when the file is absent or unreadable)."""
+    try:
+        records = json.loads((run_dir / FLOW_RUNS).read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def record_flow_run(
+    run_dir: Path,
+    flow_run_id: str,
+    deployment_id: str | None,
+    deployment: str | None,
+    staging: Path,
+) -> dict:
+    """Add this flow run (finished now) to `run_dir`'s flow_runs.json, written atomically."""
+    record = {
+        "flow_run_id": flow_run_id,
+        "deployment_id": deployment_id,
+        "deployment": deployment,
+        "finished": datetime.now(UTC).isoformat(timespec="microseconds"),
+    }
+    records = [*flow_runs(run_dir), record]
+    write_bytes_atomic(json.dumps(records, indent=1).encode(), run_dir / FLOW_RUNS, staging)
+    return record
+
+
+def previous_flow_run(out: Path, deployment_id: str, flow_run_id: str) -> tuple[Path, dict] | None:
+    """The latest recorded flow run of the deployment, other than `flow_run_id`, in any run
+    folder under `out`: its folder and record."""
+    found = [
+        (folder, record)
+        for folder in (p for p in out.iterdir() if (p / FLOW_RUNS).is_file())
+        for record in flow_runs(folder)
+        if record.get("deployment_id") == deployment_id and record.get("flow_run_id") != flow_run_id
+    ]
+    return max(found, key=lambda f: str(f[1].get("finished")), default=None)
 
 
 def change_lines(previous: Path, current: Path) -> list[str]:

@@ -195,6 +195,17 @@ def deployment(api: str, full_name: str) -> dict | None:
     return reply.json() if reply.status_code == 200 else None
 
 
+def run_page(api: str, run_id: str) -> str:
+    """The markdown of the `crl-grid-run` artifact of flow run `run_id`."""
+    reply = httpx.post(
+        f"{api}/artifacts/filter",
+        json={"artifacts": {"key": {"any_": ["crl-grid-run"]}, "flow_run_id": {"any_": [run_id]}}},
+        timeout=10,
+    )
+    [artifact] = reply.json()
+    return artifact["data"]
+
+
 def flow_run_state(api: str, run_id: str) -> str:
     return httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
 
@@ -250,6 +261,26 @@ def test_deploy_to_process_pool_and_run_with_a_worker(prefect_server: dict, tmp_
     assert flow_run_state(api, run_id) == "COMPLETED", worker.stdout[-3000:]
     cells = cells_of(runs)
     assert cells.height == 2 and sorted(cells["n"]) == [20, 40]
+    assert "no earlier run of deployment `bound_grid/tiny`" in run_page(api, run_id)
+
+    # the next scheduled run: compared with the previous run of the same deployment
+    again = UUID.search(prefect(["deployment", "run", "bound_grid/tiny"], env).stdout).group(0)
+    worker = subprocess.run(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "crl-test", "--run-once"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert flow_run_state(api, again) == "COMPLETED", worker.stdout[-3000:]
+    page = run_page(api, again)
+    assert f"flow run `{run_id}`" in page and "in this run folder" in page
+    assert "2 cells reused, 0 computed" in page
+    [folder] = [p for p in runs.iterdir() if p.is_dir()]
+    records = json.loads((folder / "flow_runs.json").read_text())
+    assert [r["flow_run_id"] for r in records] == [run_id, again]
+    assert {r["deployment"] for r in records} == {"bound_grid/tiny"}
 
 
 @pytest.mark.slow
