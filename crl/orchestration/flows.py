@@ -110,7 +110,7 @@ def aggregate(
         cell_files, paths.tables, paths.staging, prov, spec
     )
     if config.pretrainings():
-        roots = [job.root for _, job in stages.pretrain_jobs(config, paths)]
+        roots = stages.pretrain_roots(config, paths)
         aggregate_step.write_pretrain_table(roots, paths.tables, paths.staging, prov)
     flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]
     if not flags:

@@ -136,6 +136,12 @@ def pretrain_jobs(config: Config, paths: RunPaths) -> list[tuple[str, pretrain_s
     return jobs
 
 
+def pretrain_roots(config: Config, paths: RunPaths) -> list[Path]:
+    """Where the run's pretrainings keep their files, in `pretrain_jobs`' order."""
+    where = {"encoder.pretrain": paths.encoder_pretrain, "dense.pretrain": paths.pretrain}
+    return [where[section] for section in config.pretrainings()]
+
+
 def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
     """Run every pretraining of the run (encoder.pretrain, dense.pretrain) up to its last
     epoch, from the last finished epoch on disk; a finished pretraining is reused. Returns the

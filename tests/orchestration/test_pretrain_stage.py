@@ -105,3 +105,18 @@ def test_a_pretrained_small_cnn_is_an_encoder_epoch_of_the_grid(tmp_path: Path) 
     assert stages.embed(config, paths, LocalExecutor(), progress=False) == 0
     outcome = stages.run_cells(config, paths, LocalExecutor(), progress=False)
     assert (outcome.total, outcome.skipped) == (cells.height, cells.height)
+
+
+def test_a_run_with_both_pretrainings_keeps_them_apart(tmp_path: Path) -> None:
+    config = Config.model_validate(
+        {
+            **DIGITS,
+            "dense": {**SHAPES, "pretrain": {**PRETRAIN, "epochs": 1, "checkpoints": [0, 1]}},
+        }
+    )
+    paths = RunPaths(tmp_path / config.run_id())
+    jobs = stages.pretrain_jobs(config, paths)
+    assert [section for section, _ in jobs] == ["encoder.pretrain", "dense.pretrain"]
+    assert [job.root for _, job in jobs] == stages.pretrain_roots(config, paths)
+    assert [job.task.family for _, job in jobs] == ["unimodal", "dense"]
+    assert jobs[0][1].root != jobs[1][1].root
