@@ -16,7 +16,7 @@ warm-up) next to its reference measured in the same run, with the peak device me
   matmul peak (a 8192^3 matmul on a GPU): the ratio is useful flops / peak.
 - random_conv embed: the dense backbone (crl.kernels.encoders.RandomConv, the embed actors'
   module) over a batch of 32 x 32 images, images per second, against the CPU in the same run.
-- pretrain densecl: one epoch of the pretraining step (crl.steps.dense.pretrain.train, what one
+- pretrain densecl: one epoch of the pretraining step (crl.steps.pretrain.train, what one
   Ray Train worker runs: fresh views, DenseCL through crl's kernels, Adam) with
   conf/dense.yaml's backbone, views and batch, in images per second of one worker, against the
   CPU in the same run.
