@@ -130,6 +130,8 @@ def plot_by_epoch(top: pl.DataFrame, family: Family, path: Path, save: Save) -> 
                     lw=0.8,
                 )
         m, n = top["m"].max(), top["n"].max()
+        if metric.startswith("best_"):  # bounds span orders of magnitude across objectives
+            ax.set_yscale("log")
         ax.set(xlabel="encoder epoch", ylabel=label, title=f"{label}, m={m}, n={n}")
         ax.legend(fontsize=5)
     save(fig, path)
@@ -159,9 +161,9 @@ def section(
     top = at_largest(cells, family)
     image = f"{family.name}_by_encoder_epoch.png"
     plot_by_epoch(top, family, out / image, save)
+    dotted = " (dotted: chance and majority baselines)" if family is DENSE else ""
     parts.append(
-        f"<h2>{family.name} cells against the encoder's epoch (dotted: chance and majority "
-        f'baselines)</h2><img src="{image}">'
+        f'<h2>{family.name} cells against the encoder\'s epoch{dotted}</h2><img src="{image}">'
     )
     columns = [*family.curve, "encoder_epoch", "m", "n", "seeds", *family.table]
     parts.append(table(top.select([c for c in columns if c in top.columns])))
