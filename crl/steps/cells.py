@@ -5,6 +5,7 @@ and a folder beside the others."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,7 +39,8 @@ class CellJob:
     git_commit: str = "unknown"
     paired: model_cell.PairedSource | split_cell.PairedSplits | None = None
     dense: dict[int | None, DenseFeatures] | None = None  # by encoder epoch (None: frozen)
-    encoder_probe: dict[int, float] | None = None  # with encoder.pretrain: by encoder epoch
+    # with encoder.pretrain: by encoder epoch, the probe's accuracy and its 95% half-width
+    encoder_probe: dict[int, tuple[float, float]] | None = None
 
 
 def all_keys(config: Config) -> list[CellKey | dense_cell.DenseKey]:
@@ -82,19 +84,21 @@ def _grid_job(config: Config, paths: RunPaths, commit: str) -> CellJob:
     return CellJob(config, features, tau_of(config, labels), *common, encoder_probe=probes)
 
 
-def encoder_probe(features: Features, points: int, seed: int) -> float:
-    """The linear probe's test accuracy on the encoder's own features (no head): up to
-    `points` rows of each split, drawn once per run (crl.kernels.metrics)."""
+def encoder_probe(features: Features, points: int, seed: int) -> tuple[float, float]:
+    """The linear probe's test accuracy on the encoder's own features (no head), up to `points`
+    rows of each split drawn once per run (crl.kernels.metrics), and its 95% half-width over
+    the test rows (normal approximation to the binomial: 1.96 sqrt(a (1 - a) / rows))."""
     gen = generator(seed, "encoder-probe")
     train, test = features.train, features.test
     rows_tr = torch.randperm(len(train.labels), generator=gen)[:points]
     rows_te = torch.randperm(len(test.labels), generator=gen)[:points]
-    return metrics.linear_probe_accuracy(
+    accuracy = metrics.linear_probe_accuracy(
         train.inputs()[rows_tr],
         train.label_tensor()[rows_tr],
         test.inputs()[rows_te],
         test.label_tensor()[rows_te],
     )
+    return accuracy, 1.96 * math.sqrt(accuracy * (1.0 - accuracy) / len(rows_te))
 
 
 def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
@@ -114,7 +118,8 @@ def run_and_write(key: CellKey | dense_cell.DenseKey, job: CellJob) -> dict:
     else:
         row = unimodal_cell.run_cell(job.config, key, job.features[key.encoder_epoch], job.tau)
         if job.encoder_probe is not None:
-            row["encoder_probe_accuracy"] = job.encoder_probe[key.encoder_epoch]
+            accuracy, half_width = job.encoder_probe[key.encoder_epoch]
+            row["encoder_probe_accuracy"], row["encoder_probe_accuracy_ci"] = accuracy, half_width
     row["cell_git_commit"] = job.git_commit
     row.setdefault("dataset", job.config.dataset.kind if job.config.dataset else None)
     path = job.cells_dir / f"{row['cell_id']}.parquet"

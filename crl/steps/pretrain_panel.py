@@ -71,7 +71,8 @@ UNIMODAL = Family(
     [
         "linear_probe_accuracy_mean",
         "linear_probe_accuracy_seed_ci",
-        "encoder_probe_accuracy_mean",
+        "encoder_probe_accuracy",
+        "encoder_probe_accuracy_ci",
         "mean_classifier_accuracy_mean",
         "retrieval_auc_mean",
         "test_loss_mean",
@@ -112,10 +113,11 @@ def plot_by_epoch(top: pl.DataFrame, family: Family, path: Path, save: Save) -> 
     keys = [c for c in family.curve if c in top.columns]
     for ax, (metric, label, baseline) in zip(axes, family.metrics, strict=False):
         for i, (key, line) in enumerate(top.group_by(keys, maintain_order=True)):
+            per_seed = f"{metric}_mean" in line.columns  # else one value per encoder
             ax.errorbar(
                 _values(line, "encoder_epoch"),
-                _values(line, f"{metric}_mean"),
-                yerr=_values(line, f"{metric}_seed_ci"),
+                _values(line, f"{metric}_mean" if per_seed else metric),
+                yerr=_values(line, f"{metric}_seed_ci" if per_seed else f"{metric}_ci"),
                 marker="o",
                 ms=3,
                 color=f"C{i % 10}",

@@ -33,7 +33,6 @@ SUMMARISED = [
     "mean_classifier_accuracy",
     "top1_accuracy",
     "linear_probe_accuracy",
-    "encoder_probe_accuracy",
     "retrieval_auc",
     # signal (crl.steps.signal)
     "trivial_loss",
@@ -130,5 +129,7 @@ FIRST = [
     "bounds_note",
     "mi_target",
     "mi_sampling",
+    "encoder_probe_accuracy",  # one per encoder: the same in every seed
+    "encoder_probe_accuracy_ci",
 ]  # constant within a (key) group
 MEANS = ["test_loss_ci", "rademacher_ci", "test_loss_pool_ci"]  # mean intervals over seeds

@@ -91,9 +91,14 @@ def test_a_pretrained_small_cnn_is_an_encoder_epoch_of_the_grid(tmp_path: Path) 
     probes = cells.group_by("encoder_epoch").agg(pl.col("encoder_probe_accuracy").n_unique())
     assert probes["encoder_probe_accuracy"].to_list() == [1, 1]  # one probe per encoder
     assert cells["encoder_probe_accuracy"].is_between(0.1, 1.0).all()
+    accuracy, half_width = cells["encoder_probe_accuracy"], cells["encoder_probe_accuracy_ci"]
+    binomial = 1.96 * (accuracy * (1 - accuracy) / 200).sqrt()  # probe_points test rows
+    assert (half_width - binomial).abs().max() < 1e-12
     assert (run / "features" / "epoch=0").is_dir() and (run / "features" / "epoch=2").is_dir()
     summary = pl.read_parquet(run / "tables" / "summary.parquet")
     assert summary.height == 2 * 2 * 2  # encoder_epoch is a key of the summary
+    assert "encoder_probe_accuracy_seed_ci" not in summary.columns  # one value per encoder
+    assert summary["encoder_probe_accuracy_ci"].is_not_null().all()
     table = pl.read_parquet(run / "tables" / "pretrain.parquet")
     assert table.select("encoder", "epoch").rows() == [("unimodal", 1), ("unimodal", 2)]
     page = (run / "report" / "index.html").read_text()

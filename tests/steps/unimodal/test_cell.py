@@ -102,7 +102,7 @@ def test_run_cell_row_has_the_documented_columns(run: tuple[Features, float]) ->
     # provenance is added by the aggregate stage, `dataset` and `cell_git_commit` by run_and_write
     by_aggregate = {"dataset", "cell_git_commit", "oracle_loss", "oracle_loss_ci", "excess_risk"}
     # only with encoder.pretrain: the key's epoch, and the encoder's probe (added by run_and_write)
-    pretrained = {"encoder_epoch", "encoder_probe_accuracy"}
+    pretrained = {"encoder_epoch", "encoder_probe_accuracy", "encoder_probe_accuracy_ci"}
     assert set(row) == set(documented) - set(PROVENANCE_COLUMNS) - by_aggregate - pretrained
     assert len(documented) == len(set(documented))
     at_epoch = cell.run_cell(cfg, dataclasses.replace(key, encoder_epoch=3), features, tau)
