@@ -177,11 +177,12 @@ class PretrainConfig(_Strict):
     nt_xent on the dataset's image rows, views by its augmentation: crl.steps.data).
 
     `objective`: "nt_xent" (SimCLR: the pooled features of two augmented views through an MLP
-    projection, in-batch negatives of each worker) or "densecl" ((1 - lam) global + lam dense
-    InfoNCE against queues of `queue` keys from a momentum encoder; dense positives by the
-    crops' geometric correspondence). Views are drawn afresh every epoch with `views`'
-    augmentations. `images` pretraining images are generated (shapes: a stream of their own);
-    finite sources (digits, user Parquet) give `fraction` of their rows, taken from train.
+    projection; the negatives are every other image of the global batch, over all workers) or
+    "densecl" ((1 - lam) global + lam dense InfoNCE against queues of `queue` keys from a
+    momentum encoder; dense positives by the crops' geometric correspondence). Views are
+    drawn afresh every epoch with `views`' augmentations. `images` pretraining images are
+    generated (shapes: a stream of their own); finite sources (digits, user Parquet) give
+    `fraction` of their rows, taken from train.
     `checkpoints`: the epochs after which the backbone is embedded and becomes the cells' axis
     encoder_epoch (0: the random initialisation). `batch` is the global batch, split evenly
     over `workers` (Ray Train workers, one GPU each when the cluster has GPUs and `use_gpu`

@@ -7,7 +7,7 @@ for DenseCL, a dense one (the same kind of MLP on every position), each normalis
 sphere. The projections are discarded after pretraining: the cells see the backbone alone.
 
 * NT-Xent (Chen et al. 2020): crl.kernels.losses.nt_xent on the global embeddings of two views
-  of a batch (in-batch negatives).
+  of a batch (in-batch negatives; over several workers, the global batch: `nt_xent_loss`).
 * DenseCL (Wang et al. 2021): queries from the trained encoder on view 1, keys from a momentum
   (exponential moving average) copy on view 2, and two queues of past keys as negatives;
   (1 - lam) L_global + lam L_dense, each branch the per-image loss h of
@@ -20,6 +20,8 @@ sphere. The projections are discarded after pretraining: the cells see the backb
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +29,14 @@ from torch import nn
 
 from crl.kernels import dense_image, losses
 
-__all__ = ["ContrastiveEncoder", "Queue", "densecl_loss", "ema_update", "nt_xent_loss"]
+__all__ = [
+    "ContrastiveEncoder",
+    "Queue",
+    "densecl_loss",
+    "ema_update",
+    "nt_xent_loss",
+    "nt_xent_rows",
+]
 
 
 def _mlp(width: int, out: int, gen: torch.Generator) -> nn.Sequential:
@@ -113,12 +122,40 @@ class Queue:
 
 
 def nt_xent_loss(
-    encoder: nn.Module, view1: torch.Tensor, view2: torch.Tensor, temperature: float
+    encoder: nn.Module,
+    view1: torch.Tensor,
+    view2: torch.Tensor,
+    temperature: float,
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    rank: int = 0,
 ) -> torch.Tensor:
-    """SimCLR's loss on one batch of two views. Shape: (B, c, s, s) each, B >= 2 -> ()."""
+    """SimCLR's loss on one batch of two views. Shape: (B, c, s, s) each, B >= 2 -> ().
+
+    With `gather` (every worker's rows in rank order, differentiable; each worker holds B) the
+    contrast set is the global batch: this worker's loss is the mean over its own 2B anchors
+    (`rank`'s rows) against all 2 W B candidates. Averaging the workers' gradients (DDP) then
+    gives the gradient of the global batch's NT-Xent, since the gather's backward sums each
+    row's gradient onto the worker that owns it."""
     z1, _ = encoder(view1)
     z2, _ = encoder(view2)
-    return losses.nt_xent(z1, z2, temperature)
+    if gather is None:
+        return losses.nt_xent(z1, z2, temperature)
+    rows = rank * z1.shape[0] + torch.arange(z1.shape[0], device=z1.device)
+    return nt_xent_rows(gather(z1), gather(z2), rows, temperature)
+
+
+def nt_xent_rows(
+    z1: torch.Tensor, z2: torch.Tensor, rows: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """NT-Xent (crl.kernels.losses.nt_xent) averaged over the anchors `rows` of view 1 and the
+    same rows of view 2 only, each against every other row of both views. With every row it is
+    nt_xent itself. Shape: z1, z2 (N, D); rows (b,) int64 -> ()."""
+    z = F.normalize(torch.cat([z1, z2], dim=0), dim=1)  # (2N, D)
+    anchors = torch.cat([rows, rows + z1.shape[0]])  # (2b,)
+    logits = (z[anchors] @ z.T) / temperature  # (2b, 2N)
+    logits[torch.arange(anchors.shape[0], device=z.device), anchors] = -math.inf
+    partner = (anchors + z1.shape[0]) % z.shape[0]
+    return F.cross_entropy(logits, partner)
 
 
 def densecl_loss(

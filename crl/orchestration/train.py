@@ -46,12 +46,23 @@ class _RayTrainContext:
         torch.distributed.all_gather(parts, x.contiguous())
         return torch.cat(parts)
 
+    def gather_grad(self, x: torch.Tensor) -> torch.Tensor:
+        return all_gather_grad(x) if self.world_size > 1 else x
+
     def total(self, values: list[float]) -> list[float]:
         if self.world_size == 1:
             return values
         sums = torch.tensor(values, dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(sums)
         return sums.tolist()
+
+
+def all_gather_grad(x: torch.Tensor) -> torch.Tensor:
+    """Every worker's x concatenated in rank order, differentiable: the backward pass sums the
+    gradients of all workers' losses onto each worker's own rows (torch.distributed.nn)."""
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x.contiguous()))
 
 
 def _worker(config: dict) -> None:

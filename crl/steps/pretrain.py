@@ -58,6 +58,9 @@ class Context(Protocol):
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         """Every worker's x, concatenated along the first axis in rank order."""
 
+    def gather_grad(self, x: torch.Tensor) -> torch.Tensor:
+        """`gather`, through which gradients flow back to each worker's rows."""
+
     def total(self, values: list[float]) -> list[float]:
         """The sums over workers (once per epoch, after its last step)."""
 
@@ -74,6 +77,9 @@ class SingleProcess:
         return model.to(self.device)
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def gather_grad(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def total(self, values: list[float]) -> list[float]:
@@ -210,7 +216,8 @@ def train(job: PretrainJob, ctx: Context) -> None:
                     model, key, a, b, match, queues, p.temperature, p.lam
                 )
             else:
-                loss = objectives.nt_xent_loss(model, a, b, p.temperature)
+                gather = ctx.gather_grad if ctx.world_size > 1 else None
+                loss = objectives.nt_xent_loss(model, a, b, p.temperature, gather, ctx.rank)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from crl.kernels import crops
+from crl.kernels import crops, losses
 from crl.kernels import pretrain as objectives
 from crl.kernels.encoders import RandomConv
 
@@ -133,3 +133,74 @@ def test_nt_xent_loss_is_simclr_on_the_global_embeddings() -> None:
         others = [float(z[i] @ z[j]) / T for j in range(8) if j != i]
         naive += math.log(sum(math.exp(s) for s in others)) - float(z[i] @ z[partner]) / T
     assert math.isclose(float(objectives.nt_xent_loss(enc, a, b, T)), naive / 8, rel_tol=1e-10)
+
+
+def test_nt_xent_rows_averages_the_chosen_anchors_of_the_global_batch() -> None:
+    gen = torch.Generator().manual_seed(5)
+    z1, z2 = (
+        torch.randn(6, 4, dtype=F64, generator=gen),
+        torch.randn(6, 4, dtype=F64, generator=gen),
+    )
+    every = objectives.nt_xent_rows(z1, z2, torch.arange(6), 0.3)
+    assert math.isclose(float(every), float(losses.nt_xent(z1, z2, 0.3)), rel_tol=1e-12)
+    halves = [objectives.nt_xent_rows(z1, z2, torch.arange(3) + 3 * r, 0.3) for r in (0, 1)]
+    assert math.isclose(float(sum(halves)) / 2, float(every), rel_tol=1e-12)
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
+    naive = 0.0  # rows 1 and 4 of view 1, and their partners' rows of view 2, by hand
+    for i in (1, 4, 7, 10):
+        s = [float(z[i] @ z[j]) / 0.3 for j in range(12)]
+        partner = (i + 6) % 12
+        naive += math.log(sum(math.exp(s[j]) for j in range(12) if j != i)) - s[partner]
+    picked = objectives.nt_xent_rows(z1, z2, torch.tensor([1, 4]), 0.3)
+    assert math.isclose(float(picked), naive / 4, rel_tol=1e-12)
+
+
+def _two_workers(rank: int, port: int, out: str) -> None:
+    """One of two gloo workers: its half of a fixed batch through DDP and the global NT-Xent."""
+    import torch.distributed as dist
+
+    from crl.orchestration.train import all_gather_grad
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(_encoder(False))
+        views = torch.rand(2, 8, 3, 8, 8, dtype=F64, generator=torch.Generator().manual_seed(9))
+        half = slice(4 * rank, 4 * rank + 4)
+        loss = objectives.nt_xent_loss(
+            model, views[0, half], views[1, half], 0.5, all_gather_grad, rank
+        )
+        loss.backward()
+        if rank == 0:
+            torch.save({n: p.grad for n, p in model.module.named_parameters()}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_workers_train_on_the_global_batchs_gradient(tmp_path) -> None:
+    """Two DDP workers over gloo, each with half of the batch, take the gradient of NT-Xent on
+    the whole batch (every other row a negative), not of two half-batch losses."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "grads.pt")
+    mp.spawn(_two_workers, args=(port, out), nprocs=2, join=True)
+    distributed = torch.load(out, weights_only=True)
+
+    whole = _encoder(False)
+    views = torch.rand(2, 8, 3, 8, 8, dtype=F64, generator=torch.Generator().manual_seed(9))
+    objectives.nt_xent_loss(whole, views[0], views[1], 0.5).backward()
+    for name, param in whole.named_parameters():
+        assert torch.allclose(distributed[name], param.grad, rtol=1e-10, atol=1e-14), name
+    halves = _encoder(False)  # per-worker negatives would give another gradient
+    for r in (0, 1):
+        half = slice(4 * r, 4 * r + 4)
+        (objectives.nt_xent_loss(halves, views[0, half], views[1, half], 0.5) / 2).backward()
+    differs = [
+        not torch.allclose(p.grad, q.grad)
+        for p, q in zip(halves.parameters(), whole.parameters(), strict=True)
+    ]
+    assert any(differs)
