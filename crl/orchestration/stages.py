@@ -118,10 +118,8 @@ def dense_pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.Pretrai
 
 def encoder_pretrain_job(config: Config, paths: RunPaths) -> pretrain_step.PretrainJob:
     """The pretraining of the grid's encoder: its task knows the pixel range of the rows."""
-    x, _ = data.source_arrays(config.dataset)
-    rows = data.source_rows(config.dataset, config.seed, config.encoder.pretrain.fraction)
-    pixels = x[rows["pretrain"]]
-    task = EncoderTask(config.encoder, x.shape[1], float(pixels.min()), float(pixels.max()))
+    _, pixels = data.pretrain_inputs(config.dataset, config.seed, config.encoder.pretrain.fraction)
+    task = EncoderTask(config.encoder, pixels.shape[1], float(pixels.min()), float(pixels.max()))
     root = paths.encoder_pretrain
     return pretrain_step.PretrainJob(config.encoder.pretrain, task, root, paths.staging)
 

@@ -235,12 +235,19 @@ def source_rows(
     each split holds, in shard order: test, train and, with `pretrain` (the share of the train
     rows it takes, drawn by a seeded shuffle), the pretraining split. The splits are disjoint,
     and test and the order of train are those of a run without pretraining."""
-    if isinstance(ds, DigitsData):
+    is_test = None if isinstance(ds, DigitsData) else _user_arrays(ds)[2]
+    return _split_rows(ds, seed, pretrain, is_test)
+
+
+def _split_rows(
+    ds: DigitsData | ParquetData, seed: int, pretrain: float | None, is_test: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    """`source_rows`, given a user file's test mask (None for digits)."""
+    if is_test is None:
         order = torch.randperm(DIGITS_ROWS, generator=generator(seed, "digits-split")).numpy()
         test = split_sizes(ds)["test"]
         rows = {"test": order[:test], "train": order[test:]}
     else:
-        is_test = _user_arrays(ds)[2]
         rows = {"test": np.flatnonzero(is_test), "train": np.flatnonzero(~is_test)}
     taken = pretrain_rows(len(rows["train"]), pretrain)
     if taken:
@@ -250,6 +257,18 @@ def source_rows(
         rows["pretrain"] = rows["train"][chosen]
         rows["train"] = rows["train"][~chosen]
     return rows
+
+
+def _finite_source(
+    ds: DigitsData | ParquetData, seed: int, pretrain: float | None
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Every row of a finite source (x, labels) and the rows of each split, the file read
+    once."""
+    if isinstance(ds, DigitsData):
+        x, labels = source_arrays(ds)
+        return x, labels, _split_rows(ds, seed, pretrain, None)
+    x, labels, is_test = _user_arrays(ds)
+    return x, labels, _split_rows(ds, seed, pretrain, is_test)
 
 
 def source_arrays(ds: DigitsData | ParquetData) -> tuple[np.ndarray, np.ndarray]:
@@ -309,8 +328,8 @@ def make_shard(ds: Source, seed: int, spec: ShardSpec, pretrain: float | None = 
         x = model.sample_inputs(classes, gen).to(torch.float32).numpy()
         labels = classes.numpy().astype(np.int32)
     else:
-        x_all, y_all = source_arrays(ds)
-        rows = source_rows(ds, seed, pretrain)[spec.split][spec.start : spec.start + spec.rows]
+        x_all, y_all, splits = _finite_source(ds, seed, pretrain)
+        rows = splits[spec.split][spec.start : spec.start + spec.rows]
         x, labels = x_all[rows], y_all[rows]
         if isinstance(ds, DigitsData) and ds.positives == "augmented":
             views = (augment_digits(x, gen), augment_digits(x, gen))
@@ -341,16 +360,24 @@ def write_shard(spec: ShardSpec, job: ShardJob) -> str:
     return str(path)
 
 
+def pretrain_inputs(
+    ds: DigitsData | ParquetData, seed: int, pretrain: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pretraining split of a finite source: its rows in the source (n,) and their inputs
+    (n, p) float32."""
+    x_all, _, splits = _finite_source(ds, seed, pretrain)
+    return splits["pretrain"], x_all[splits["pretrain"]]
+
+
 def make_pretrain_rows(ds: DigitsData | ParquetData, seed: int, pretrain: float) -> pa.Table:
-    """The pretraining split of a finite source: id, source_row (its row in the source) and x
-    (no label: pretraining never sees one)."""
-    x_all, _ = source_arrays(ds)
-    rows = source_rows(ds, seed, pretrain)["pretrain"]
+    """The pretraining split as a table: id, source_row (its row in the source) and x (no
+    label: pretraining never sees one)."""
+    rows, x = pretrain_inputs(ds, seed, pretrain)
     return pa.table(
         {
             "id": np.arange(len(rows), dtype=np.int64),
             "source_row": rows.astype(np.int64),
-            "x": list_column(x_all[rows]),
+            "x": list_column(x),
         }
     )
 
