@@ -10,7 +10,9 @@ With pytest-xdist each worker process has its own server.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -127,3 +129,112 @@ def session_prefect() -> PrefectServer:
 def stop_session_prefect() -> None:
     while _SESSION:
         _SESSION.pop().stop()
+
+
+def kill_marked(marker: str) -> None:
+    """Kill processes of this user whose command line names `marker` (a private temp dir)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.stat().st_uid != os.getuid() or int(proc.name) == os.getpid():
+                continue
+            if marker in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace"
+            ):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+@contextlib.contextmanager
+def two_node_ray_cluster() -> Iterator[dict]:
+    """A head and a worker node on 127.0.0.1 (1 CPU each, token auth, temp folders head/ and
+    worker/ under `temp`), stopped and removed on exit."""
+    temp = Path(tempfile.mkdtemp(prefix="crlray", dir="/tmp"))  # short: Ray's socket paths
+    token = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    env.pop("RAY_ADDRESS", None)
+    gcs, dashboard = free_port(), free_port()
+    common = [
+        "--block",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(200 * 1024 * 1024),
+        "--disable-usage-stats",
+    ]
+    nodes = []
+    try:
+        head_log = temp / "head.log"
+        nodes.append(
+            start(
+                [
+                    str(BIN / "ray"),
+                    "start",
+                    "--head",
+                    "--port",
+                    str(gcs),
+                    "--dashboard-host",
+                    "127.0.0.1",
+                    "--dashboard-port",
+                    str(dashboard),
+                    "--ray-client-server-port",
+                    str(free_port()),
+                    "--dashboard-agent-listen-port",
+                    str(free_port()),
+                    "--temp-dir",
+                    str(temp / "head"),
+                    *common,
+                ],
+                env,
+                head_log,
+            )
+        )
+        wait_for("ray head", lambda: "Ray runtime started" in head_log.read_text(), 120, nodes[0])
+        worker_log = temp / "worker.log"
+        nodes.append(
+            start(
+                [
+                    str(BIN / "ray"),
+                    "start",
+                    "--address",
+                    f"127.0.0.1:{gcs}",
+                    "--dashboard-agent-listen-port",
+                    str(free_port()),
+                    "--temp-dir",
+                    str(temp / "worker"),
+                    *common,
+                ],
+                env,
+                worker_log,
+            )
+        )
+        wait_for(
+            "ray worker node",
+            lambda: "Ray runtime started" in worker_log.read_text(),
+            120,
+            nodes[1],
+        )
+        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "token": token, "temp": temp}
+    finally:
+        stop(*nodes, grace=5)  # `ray start --block` outlives SIGTERM; its children do not
+        kill_marked(str(temp))
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def alive_nodes(cluster: dict) -> int:
+    reply = httpx.get(
+        f"{cluster['address']}/nodes?view=summary",
+        headers={"Authorization": f"Bearer {cluster['token']}"},
+        timeout=10,
+    )
+    reply.raise_for_status()
+    summary = reply.json()["data"]["summary"]
+    return sum(1 for node in summary if node["raylet"]["state"] == "ALIVE")

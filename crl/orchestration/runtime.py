@@ -8,8 +8,10 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -98,29 +100,64 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         ray.init(address=address, runtime_env=runtime_env, **quiet)
         _sigterm_interrupts()
         return f"ray cluster at {address}"
-    # Ray's folders live in r/ of a 0700 folder of this process, removed at exit (not in the
-    # shared /tmp/ray): Ray makes its own folders world-writable, the parent keeps others out
-    temp = tempfile.mkdtemp(prefix=f"{PRIVATE_RAY_PREFIX}{os.getpid()}-")
-    _PRIVATE_RAY.append(temp)
-    atexit.register(_remove_private_ray, temp)
-    ray.init(
-        address="local",
-        num_cpus=num_cpus or local_cpus(),
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        _temp_dir=os.path.join(temp, "r"),
-        object_store_memory=_object_store_bytes(),
-        runtime_env=runtime_env,
-        **quiet,
-    )
+    for attempt in range(1, STARTS + 1):
+        # Ray's folders live in r/ of a 0700 folder of this process, removed at exit (not in
+        # the shared /tmp/ray): Ray makes its own folders world-writable, the parent keeps
+        # others out
+        temp = tempfile.mkdtemp(prefix=f"{PRIVATE_RAY_PREFIX}{os.getpid()}-")
+        _PRIVATE_RAY.append(temp)
+        atexit.register(_remove_private_ray, temp)
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or local_cpus(),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=os.path.join(temp, "r"),
+                object_store_memory=_object_store_bytes(),
+                runtime_env=runtime_env,
+                **quiet,
+            )
+            break
+        except Exception as err:  # Ray raises a bare Exception when its raylet is late
+            if attempt == STARTS or STARTUP_TIMEOUT not in str(err):
+                raise
+            sys.stderr.write(
+                "crl: the local Ray's node did not register within Ray's 30 s (a loaded "
+                "machine?); starting it again\n"
+            )
+            stop_processes_naming(temp)
+            _remove_private_ray(temp)
     _sigterm_interrupts()
     return f"local ray on 127.0.0.1 ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+
+
+STARTS = 2  # tries to start the private Ray: a loaded machine can miss Ray's fixed 30 s once
+STARTUP_TIMEOUT = "timed out during startup"  # Ray's message (ray._private.node)
+
+
+def stop_processes_naming(marker: str) -> int:
+    """Kill this process's descendants whose command line names `marker` (the folder of a
+    private Ray whose start failed: its GCS and raylet outlive the failed ray.init). Returns
+    how many were killed."""
+    from crl.orchestration.watchdog import descendants
+
+    killed = 0
+    for pid in descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                named = marker in handle.read().replace(b"\0", b" ").decode(errors="replace")
+            if named:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        except OSError:
+            continue
+    return killed
 
 
 def _sigterm_interrupts() -> None:
     """SIGTERM raises KeyboardInterrupt, as Ctrl-C does: ray.init installs a handler that exits
     the driver abruptly, so crl takes the signal back after it (main thread only)."""
-    import signal
     import threading
 
     if threading.current_thread() is threading.main_thread():

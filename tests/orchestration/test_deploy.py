@@ -6,13 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +21,7 @@ from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import deploy, submit
 from tests import services
 from tests.conftest import REPO
-from tests.services import BIN, free_port, start, stop, wait_for
+from tests.services import BIN, alive_nodes, free_port, start, stop, wait_for
 
 TINY = {
     "name": "deploy-tiny",
@@ -53,20 +49,6 @@ def write_tiny(folder: Path) -> Path:
     path = folder / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY))
     return path
-
-
-def kill_marked(marker: str) -> None:
-    """Kill processes of this user whose command line names `marker` (a private temp dir)."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if proc.stat().st_uid != os.getuid() or int(proc.name) == os.getpid():
-                continue
-            if marker in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace"
-            ):
-                os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue
 
 
 def cells_of(runs: Path) -> pl.DataFrame:
@@ -437,99 +419,6 @@ def test_deploy_theorem_checks(prefect_server: dict) -> None:
 # --- Ray: a two-node cluster on 127.0.0.1 with token auth, `crl submit --wait` ----------------
 
 
-@pytest.fixture
-def ray_cluster() -> Iterator[dict]:
-    temp = Path(tempfile.mkdtemp(prefix="crlray", dir="/tmp"))  # short: Ray's socket paths
-    token = secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": token,
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    env.pop("RAY_ADDRESS", None)
-    gcs, dashboard = free_port(), free_port()
-    common = [
-        "--block",
-        "--node-ip-address",
-        "127.0.0.1",
-        "--num-cpus",
-        "1",
-        "--object-store-memory",
-        str(200 * 1024 * 1024),
-        "--disable-usage-stats",
-    ]
-    nodes = []
-    try:
-        head_log = temp / "head.log"
-        nodes.append(
-            start(
-                [
-                    str(BIN / "ray"),
-                    "start",
-                    "--head",
-                    "--port",
-                    str(gcs),
-                    "--dashboard-host",
-                    "127.0.0.1",
-                    "--dashboard-port",
-                    str(dashboard),
-                    "--ray-client-server-port",
-                    str(free_port()),
-                    "--dashboard-agent-listen-port",
-                    str(free_port()),
-                    "--temp-dir",
-                    str(temp / "head"),
-                    *common,
-                ],
-                env,
-                head_log,
-            )
-        )
-        wait_for("ray head", lambda: "Ray runtime started" in head_log.read_text(), 120, nodes[0])
-        worker_log = temp / "worker.log"
-        nodes.append(
-            start(
-                [
-                    str(BIN / "ray"),
-                    "start",
-                    "--address",
-                    f"127.0.0.1:{gcs}",
-                    "--dashboard-agent-listen-port",
-                    str(free_port()),
-                    "--temp-dir",
-                    str(temp / "worker"),
-                    *common,
-                ],
-                env,
-                worker_log,
-            )
-        )
-        wait_for(
-            "ray worker node",
-            lambda: "Ray runtime started" in worker_log.read_text(),
-            120,
-            nodes[1],
-        )
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "token": token, "temp": temp}
-    finally:
-        stop(*nodes, grace=5)  # `ray start --block` outlives SIGTERM; its children do not
-        kill_marked(str(temp))
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def alive_nodes(cluster: dict) -> int:
-    reply = httpx.get(
-        f"{cluster['address']}/nodes?view=summary",
-        headers={"Authorization": f"Bearer {cluster['token']}"},
-        timeout=10,
-    )
-    reply.raise_for_status()
-    summary = reply.json()["data"]["summary"]
-    return sum(1 for node in summary if node["raylet"]["state"] == "ALIVE")
-
-
 @pytest.mark.slow
 def test_submit_to_a_two_node_cluster(ray_cluster: dict, tmp_path: Path) -> None:
     wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
@@ -544,65 +433,3 @@ def test_submit_to_a_two_node_cluster(ray_cluster: dict, tmp_path: Path) -> None
     assert "SUCCEEDED" in done.stdout and "crl: 2 cells" in done.stdout
     cells = cells_of(runs)
     assert cells.height == 2 and sorted(cells["n"]) == [20, 40]
-
-
-# hinge cells run to the APG cap (about 2 ms an iteration): long enough to lose a node mid-run
-NODE_LOSS = {
-    "name": "node-loss",
-    "seed": 0,
-    "dataset": {
-        "kind": "synthetic",
-        "classes": 3,
-        "dim": 6,
-        "train_size": 600,
-        "test_size": 300,
-        "shards": 2,
-    },
-    "model": {"d": 3, "solver": "apg", "tol": 1e-12, "max_iter": 1500},
-    "grid": {
-        "regimes": ["scrl"],
-        "losses": ["hinge"],
-        "m": [2, 4],
-        "n": [100, 200],
-        "seeds": [0, 1, 2],
-    },
-    "eval": {"test_anchors": 100, "negative_pool": 64, "probe_points": 100, "rademacher_draws": 8},
-}
-
-
-@pytest.mark.slow
-def test_losing_the_worker_node_mid_run(ray_cluster: dict, tmp_path: Path) -> None:
-    """Kill the worker node (its raylet, workers and agents) while cells run on both nodes:
-    Ray retries the lost cells on the head, the run completes, and its cells equal an
-    uninterrupted run's."""
-    wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
-    path, runs = tmp_path / "node-loss.yaml", tmp_path / "runs"
-    path.write_text(yaml.safe_dump(NODE_LOSS))
-    run_dir = runs / crl_config.validate(NODE_LOSS).run_id()
-    log = tmp_path / "submit.log"
-    args = ["submit", str(path), "--address", ray_cluster["address"], "--out", str(runs), "--wait"]
-    env = {**ray_cluster["env"], "PYTHONUNBUFFERED": "1"}
-    submitted = start([sys.executable, "-m", "crl", *args], env, log)
-    try:
-        done = lambda: len(list((run_dir / "cells").glob("*.parquet")))  # noqa: E731
-        wait_for("cells on both nodes", lambda: done() >= 2, 300, submitted)
-        assert done() < 12, "the grid finished before the node could be lost"
-        kill_marked(str(ray_cluster["temp"] / "worker"))
-        wait_for("the worker node dead", lambda: alive_nodes(ray_cluster) == 1, 120)
-        assert submitted.wait(timeout=600) == 0, log.read_text()[-4000:]
-    finally:
-        stop(submitted)
-    text = log.read_text()
-    assert "SUCCEEDED" in text and "crl: 12 cells" in text
-    assert "will be retried" in text  # a cell was running on the lost node (Ray's own line)
-    lost = pl.read_parquet(run_dir / "tables" / "cells.parquet")
-
-    whole_runs = tmp_path / "uninterrupted"
-    again = crl_env(
-        ["run", str(path), "--out", str(whole_runs), "--executor", "local", "--quiet"], {}
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    whole = pl.read_parquet(whole_runs / run_dir.name / "tables" / "cells.parquet")
-    timing = [c for c in lost.columns if c.endswith("seconds") or c == "device"]
-    assert lost.height == whole.height == 12
-    assert lost.drop(timing).equals(whole.drop(timing))
