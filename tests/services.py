@@ -172,61 +172,65 @@ def two_node_ray_cluster() -> Iterator[dict]:
     ]
     nodes = []
     try:
-        head_log = temp / "head.log"
-        nodes.append(
-            start(
-                [
-                    str(BIN / "ray"),
-                    "start",
-                    "--head",
-                    "--port",
-                    str(gcs),
-                    "--dashboard-host",
-                    "127.0.0.1",
-                    "--dashboard-port",
-                    str(dashboard),
-                    "--ray-client-server-port",
-                    str(free_port()),
-                    "--dashboard-agent-listen-port",
-                    str(free_port()),
-                    "--temp-dir",
-                    str(temp / "head"),
-                    *common,
-                ],
-                env,
-                head_log,
-            )
-        )
-        wait_for("ray head", lambda: "Ray runtime started" in head_log.read_text(), 120, nodes[0])
-        worker_log = temp / "worker.log"
-        nodes.append(
-            start(
-                [
-                    str(BIN / "ray"),
-                    "start",
-                    "--address",
-                    f"127.0.0.1:{gcs}",
-                    "--dashboard-agent-listen-port",
-                    str(free_port()),
-                    "--temp-dir",
-                    str(temp / "worker"),
-                    *common,
-                ],
-                env,
-                worker_log,
-            )
-        )
-        wait_for(
-            "ray worker node",
-            lambda: "Ray runtime started" in worker_log.read_text(),
-            120,
-            nodes[1],
-        )
+        head = [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--port",
+            str(gcs),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dashboard),
+            "--ray-client-server-port",
+            str(free_port()),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--temp-dir",
+            str(temp / "head"),
+            *common,
+        ]
+        nodes.append(_start_ray_node(head, env, temp / "head", "ray head"))
+        worker = [
+            str(BIN / "ray"),
+            "start",
+            "--address",
+            f"127.0.0.1:{gcs}",
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--temp-dir",
+            str(temp / "worker"),
+            *common,
+        ]
+        nodes.append(_start_ray_node(worker, env, temp / "worker", "ray worker node"))
         yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "token": token, "temp": temp}
     finally:
         stop(*nodes, grace=5)  # `ray start --block` outlives SIGTERM; its children do not
         kill_marked(str(temp))
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _start_ray_node(
+    args: list[str], env: dict[str, str], folder: Path, what: str
+) -> subprocess.Popen:
+    """`ray start --block` of one node, whose temp folder is `folder`; started once more when
+    the node missed Ray's fixed 30 s registration deadline (a loaded machine)."""
+    for attempt in (1, 2):
+        log = folder.parent / f"{folder.name}-{attempt}.log"
+        proc = start(args, env, log)
+        try:
+            started = lambda log=log: "Ray runtime started" in log.read_text()  # noqa: E731
+            wait_for(what, started, 120, proc)
+            return proc
+        except AssertionError:
+            text = log.read_text()
+            stop(proc, grace=5)
+            kill_marked(str(folder))
+            if attempt == 2 or "timed out during startup" not in text:
+                raise AssertionError(
+                    f"{what} did not start; its log ends:\n{text[-2000:]}"
+                ) from None
+    raise AssertionError(f"{what} did not start")
 
 
 def alive_nodes(cluster: dict) -> int:

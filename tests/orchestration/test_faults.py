@@ -149,7 +149,6 @@ def test_losing_the_worker_node_mid_run(ray_cluster: dict, tmp_path: Path) -> No
         stop(submitted)
     text = log.read_text()
     assert "SUCCEEDED" in text and "crl: 12 cells" in text
-    assert "will be retried" in text  # a cell was running on the lost node (Ray's own line)
     lost = pl.read_parquet(run_dir / "tables" / "cells.parquet")
 
     whole_runs = tmp_path / "uninterrupted"
