@@ -316,19 +316,19 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     is_dense = pl.col("loss").str.starts_with("dense")
     pretrain_path = tables / "pretrain.parquet"
     pretrain = pl.read_parquet(pretrain_path) if pretrain_path.is_file() else None
+
+    def pretrained(frame: pl.DataFrame, setting: dict, family: pretrain_panel.Family) -> str:
+        """The family's pretraining section: every encoder epoch, the other settings fixed."""
+        others = {k: v for k, v in setting.items() if k != "encoder_epoch"}
+        at = frontier_panel.at_setting(frame, others)
+        return pretrain_panel.section(
+            pretrain, at, family, out, lambda f, p: _save(f, p, staging), html_table
+        )
+
     if rest.height:  # the panels at one setting of the grid's optional axes
         setting = frontier_panel.reference_setting(rest)
         sections.append(frontier_panel.setting_note(setting))
-        sections.append(
-            pretrain_panel.section(
-                pretrain,
-                frontier_panel.at_setting(rest, _but_epoch(setting)),
-                pretrain_panel.UNIMODAL,
-                out,
-                lambda f, p: _save(f, p, staging),
-                html_table,
-            )
-        )
+        sections.append(pretrained(rest, setting, pretrain_panel.UNIMODAL))
         rest = frontier_panel.at_setting(rest, setting)
         rest_fits = frontier_panel.at_setting(fits.filter(~is_dense), setting)
         if not paired:
@@ -340,16 +340,7 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     if dense.height:
         setting = frontier_panel.reference_setting(dense)
         sections.append(frontier_panel.setting_note(setting))
-        sections.append(
-            pretrain_panel.section(
-                pretrain,
-                frontier_panel.at_setting(dense, _but_epoch(setting)),
-                pretrain_panel.DENSE,
-                out,
-                lambda f, p: _save(f, p, staging),
-                html_table,
-            )
-        )
+        sections.append(pretrained(dense, setting, pretrain_panel.DENSE))
         dense_fits = frontier_panel.at_setting(fits.filter(is_dense), setting)
         sections.append(
             report_dense.body(
@@ -364,11 +355,6 @@ def build(tables: Path, out: Path, staging: Path) -> Path:
     page = page_html(f"crl run {prov['run_id']}", prov, "\n".join(s for s in sections if s))
     write_bytes_atomic(page, out / "index.html", staging)
     return out / "index.html"
-
-
-def _but_epoch(setting: dict) -> dict:
-    """A panel setting without its encoder epoch: the pretraining section draws every epoch."""
-    return {k: v for k, v in setting.items() if k != "encoder_epoch"}
 
 
 HEADLINE = [

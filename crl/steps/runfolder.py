@@ -17,7 +17,7 @@ from crl import checks
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.core.errors import ConfigError
 from crl.kernels.encoders import square_side
-from crl.steps import data
+from crl.steps import data, user_data
 from crl.steps.atomic import write_bytes_atomic
 from crl.steps.dense.checks import check_dense
 from crl.steps.embed import features_dir_of
@@ -218,7 +218,7 @@ def _check_paired_memory(config: Config) -> None:
     if ds.kind == "paired_gaussian":
         px = py = len(ds.correlations)
     else:
-        px, py = data.pair_widths(ds)
+        px, py = user_data.pair_widths(ds)
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     theta = THETA_COPIES * (px * py + py * py) * 8
     if theta > total:

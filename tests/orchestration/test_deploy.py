@@ -177,6 +177,18 @@ def deployment(api: str, full_name: str) -> dict | None:
     return reply.json() if reply.status_code == 200 else None
 
 
+def work_once(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A Prefect worker of the pool crl-test that runs one scheduled flow run and exits."""
+    return subprocess.run(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "crl-test", "--run-once"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+
+
 def run_page(api: str, run_id: str) -> str:
     """The markdown of the `crl-grid-run` artifact of flow run `run_id`."""
     reply = httpx.post(
@@ -231,14 +243,7 @@ def test_deploy_to_process_pool_and_run_with_a_worker(prefect_server: dict, tmp_
 
     triggered = prefect(["deployment", "run", "bound_grid/tiny"], env)
     run_id = UUID.search(triggered.stdout).group(0)
-    worker = subprocess.run(
-        [str(BIN / "prefect"), "worker", "start", "--pool", "crl-test", "--run-once"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    worker = work_once(tmp_path, env)
     assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
     assert flow_run_state(api, run_id) == "COMPLETED", worker.stdout[-3000:]
     cells = cells_of(runs)
@@ -247,14 +252,7 @@ def test_deploy_to_process_pool_and_run_with_a_worker(prefect_server: dict, tmp_
 
     # the next scheduled run: compared with the previous run of the same deployment
     again = UUID.search(prefect(["deployment", "run", "bound_grid/tiny"], env).stdout).group(0)
-    worker = subprocess.run(
-        [str(BIN / "prefect"), "worker", "start", "--pool", "crl-test", "--run-once"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    worker = work_once(tmp_path, env)
     assert flow_run_state(api, again) == "COMPLETED", worker.stdout[-3000:]
     page = run_page(api, again)
     assert f"flow run `{run_id}`" in page and "in this run folder" in page

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.core.config import Config, validate
-from crl.steps import data
+from crl.steps import data, pretrain
 
 TINY: dict[str, Any] = {
     "name": "tiny",
@@ -84,3 +84,18 @@ def naive_dense_loss(W, phi1, phi2, match, neg, negatives: str, T: float) -> flo
             terms.append(math.log(sum(math.exp(s - pos) for s in [pos, *others])))
         total += sum(terms) / len(terms)
     return total / phi1.shape[0]
+
+
+class Dies(pretrain.SingleProcess):
+    """A training worker killed once epoch `last` is trained, before that epoch's files (the
+    epoch's sums over workers are its last step: one call per epoch)."""
+
+    def __init__(self, last: int) -> None:
+        super().__init__()
+        self.last, self.epochs = last, 0
+
+    def total(self, values: list[float]) -> list[float]:
+        self.epochs += 1
+        if self.epochs == self.last:
+            raise KeyboardInterrupt("killed")
+        return values

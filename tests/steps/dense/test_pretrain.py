@@ -15,6 +15,7 @@ from crl.core.dense_config import DenseConfig
 from crl.steps import image_data, pretrain
 from crl.steps.data import list_to_numpy
 from crl.steps.dense.pretrain_task import DenseTask, backbone, load_checkpoint
+from tests.steps.helpers import Dies
 
 SHAPES = {
     "images": {
@@ -112,21 +113,6 @@ def test_the_pretrain_section_validates_its_fields() -> None:
     assert _dense(SHAPES, checkpoints=None).pretrain.embedded == [0, 3]
 
 
-class _Dies(pretrain.SingleProcess):
-    """A worker that is killed once epoch `last` is trained, before that epoch's files (the
-    epoch's sums over workers are its last step: one call per epoch)."""
-
-    def __init__(self, last: int) -> None:
-        super().__init__()
-        self.last, self.epochs = last, 0
-
-    def total(self, values: list[float]) -> list[float]:
-        self.epochs += 1
-        if self.epochs == self.last:
-            raise KeyboardInterrupt("killed")
-        return values
-
-
 @pytest.mark.parametrize("objective", ["densecl", "nt_xent"])
 def test_a_resumed_pretraining_ends_with_the_uninterrupted_weights(
     tmp_path: Path, objective: str
@@ -138,7 +124,7 @@ def test_a_resumed_pretraining_ends_with_the_uninterrupted_weights(
 
     cut = _materialize(dense, tmp_path / "cut")
     with pytest.raises(KeyboardInterrupt):
-        pretrain.train(cut, _Dies(2))
+        pretrain.train(cut, Dies(2))
     assert pretrain.finished_epochs(cut) == 1 and not pretrain.is_done(cut)
     first = cut.epoch_row(1).read_bytes()
     pretrain.train(cut, pretrain.SingleProcess())

@@ -19,6 +19,7 @@ from crl.steps import data, pretrain
 from crl.steps.embed import Embedder, EmbedItem, features_dir_of
 from crl.steps.runfolder import prepare
 from crl.steps.unimodal.pretrain_task import EncoderTask, load_encoder
+from tests.steps.helpers import Dies
 
 PRETRAIN = {"objective": "nt_xent", "epochs": 3, "fraction": 0.2, "batch": 16}
 
@@ -120,28 +121,13 @@ def test_sizes_are_checked_before_any_work(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())  # refused before the run folder exists
 
 
-class _Dies(pretrain.SingleProcess):
-    """A worker that is killed once epoch `last` is trained, before that epoch's files (the
-    epoch's sums over workers are its last step: one call per epoch)."""
-
-    def __init__(self, last: int) -> None:
-        super().__init__()
-        self.last, self.epochs = last, 0
-
-    def total(self, values: list[float]) -> list[float]:
-        self.epochs += 1
-        if self.epochs == self.last:
-            raise KeyboardInterrupt("killed")
-        return values
-
-
 def test_a_resumed_pretraining_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
     config = _config(checkpoints=[0, 1, 3])
     whole = _job(config, tmp_path / "whole")
     pretrain.train(whole, pretrain.SingleProcess())
     cut = _job(config, tmp_path / "cut")
     with pytest.raises(KeyboardInterrupt):
-        pretrain.train(cut, _Dies(2))
+        pretrain.train(cut, Dies(2))
     assert pretrain.finished_epochs(cut) == 1
     pretrain.train(cut, pretrain.SingleProcess())
     for epoch in (0, 1, 3):
