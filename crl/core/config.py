@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from crl.core.datasets import DATASET_KINDS as DATASET_KINDS
 from crl.core.datasets import PAIRED_KINDS as PAIRED_KINDS
@@ -24,7 +23,7 @@ from crl.core.datasets import PairedParquetData as PairedParquetData
 from crl.core.datasets import ParquetData as ParquetData
 from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
-from crl.core.dense_config import IMAGE_KINDS, DenseConfig, PretrainConfig
+from crl.core.dense_config import DenseConfig, PretrainConfig
 from crl.core.errors import ConfigError
 from crl.core.fingerprints import input_fingerprints
 from crl.core.grid_config import GRID_AXES as GRID_AXES
@@ -37,6 +36,7 @@ from crl.core.grid_config import objectives as objectives
 from crl.core.ladder_config import LadderConfig as LadderConfig
 from crl.core.overrides import parse_override, with_overrides
 from crl.core.strict import Strict as _Strict
+from crl.core.validation import validated
 
 
 class _Run(_Strict):
@@ -288,55 +288,9 @@ class Config(_Run):
         return ["excess_auc"] if paired_gaussian else ["auc_error"]
 
 
-def _field_path(loc: tuple) -> str:
-    """The dotted field of an error location, without pydantic's validator and union tags."""
-    parts = [str(p) for p in loc if not str(p).startswith(("function-", "tagged"))]
-    return ".".join(
-        p
-        for i, p in enumerate(parts)
-        if not (i and parts[i - 1] in ("dataset", "images") and p in DATASET_KINDS + IMAGE_KINDS)
-    )
-
-
-def _format_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    field = _field_path(first["loc"])
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif first["type"] == "missing":
-        message = "required key is missing"
-    value = first.get("input")
-    named = re.match(r"^Value error, ([A-Za-z_][\w.]*): (.*)$", message)
-    if not field and named:  # a cross-field rule of the whole config names its own field
-        field, message, value = named.group(1), named.group(2), {}
-    shown = (
-        ""
-        if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict)
-        else f" (got {_quoted(value)})"
-    )
-    return f"config field {field or '<root>'}: {_quoted(message, 300, repr_=False)}{shown}"
-
-
-def _quoted(value: object, limit: int = 120, repr_: bool = True) -> str:
-    """At most `limit` characters of `value` on one line: an error line stays a line."""
-    text = (repr(value) if repr_ else str(value)).replace("\n", " ")
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _validated(model: type[_Model], tree: dict) -> _Model:
-    try:
-        return model.model_validate(tree)
-    except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
-
-
 def validate(tree: dict) -> Config:
     """The validated config of a YAML tree. Raises ConfigError (one line)."""
-    return _validated(Config, tree)
+    return validated(Config, tree)
 
 
 def _read_yaml(path: str | Path) -> dict:
@@ -428,4 +382,4 @@ def check_overrides(overrides: list[str], instances: int | None) -> list[str]:
 def load_checks(path: str | Path | None, overrides: list[str] = ()) -> CheckConfig:
     """The check config at `path` (defaults when None), with dotted overrides."""
     tree = with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
-    return _validated(CheckConfig, tree)
+    return validated(CheckConfig, tree)
