@@ -47,14 +47,14 @@ def crl(
     )
 
 
-def crl_killable(*args: str) -> subprocess.Popen:
+def crl_killable(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start the crl CLI in a session of its own (against the test session's Prefect server),
     output discarded, so that `os.killpg(proc.pid, SIGKILL)` kills it and every process it
     started, as a kill -9 of the run would."""
     return subprocess.Popen(
         [sys.executable, "-m", "crl", *args],
         cwd=REPO,
-        env={**os.environ, "PREFECT_API_URL": services.session_prefect().api},
+        env={**os.environ, **(env or {}), "PREFECT_API_URL": services.session_prefect().api},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

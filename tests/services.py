@@ -146,9 +146,11 @@ def kill_marked(marker: str) -> None:
 
 
 @contextlib.contextmanager
-def two_node_ray_cluster() -> Iterator[dict]:
-    """A head and a worker node on 127.0.0.1 (1 CPU each, token auth, temp folders head/ and
-    worker/ under `temp`), stopped and removed on exit."""
+def two_node_ray_cluster(head_cpus: int = 1) -> Iterator[dict]:
+    """A head (`head_cpus` CPUs) and a worker node (1 CPU) on 127.0.0.1, token auth, temp
+    folders head/ and worker/ under `temp`; `add_worker(name)` starts another 1-CPU worker node
+    (temp folder `name`/), as an autoscaler replaces a lost node. All stopped and removed on
+    exit."""
     temp = Path(tempfile.mkdtemp(prefix="crlray", dir="/tmp"))  # short: Ray's socket paths
     token = secrets.token_hex(16)
     env = {
@@ -164,13 +166,28 @@ def two_node_ray_cluster() -> Iterator[dict]:
         "--block",
         "--node-ip-address",
         "127.0.0.1",
-        "--num-cpus",
-        "1",
         "--object-store-memory",
         str(200 * 1024 * 1024),
         "--disable-usage-stats",
     ]
     nodes = []
+
+    def add_worker(name: str) -> None:
+        worker = [
+            str(BIN / "ray"),
+            "start",
+            "--address",
+            f"127.0.0.1:{gcs}",
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--temp-dir",
+            str(temp / name),
+            "--num-cpus",
+            "1",
+            *common,
+        ]
+        nodes.append(_start_ray_node(worker, env, temp / name, f"ray worker node {name}"))
+
     try:
         head = [
             str(BIN / "ray"),
@@ -188,22 +205,19 @@ def two_node_ray_cluster() -> Iterator[dict]:
             str(free_port()),
             "--temp-dir",
             str(temp / "head"),
+            "--num-cpus",
+            str(head_cpus),
             *common,
         ]
         nodes.append(_start_ray_node(head, env, temp / "head", "ray head"))
-        worker = [
-            str(BIN / "ray"),
-            "start",
-            "--address",
-            f"127.0.0.1:{gcs}",
-            "--dashboard-agent-listen-port",
-            str(free_port()),
-            "--temp-dir",
-            str(temp / "worker"),
-            *common,
-        ]
-        nodes.append(_start_ray_node(worker, env, temp / "worker", "ray worker node"))
-        yield {"env": env, "address": f"http://127.0.0.1:{dashboard}", "token": token, "temp": temp}
+        add_worker("worker")
+        yield {
+            "env": env,
+            "address": f"http://127.0.0.1:{dashboard}",
+            "token": token,
+            "temp": temp,
+            "add_worker": add_worker,
+        }
     finally:
         stop(*nodes, grace=5)  # `ray start --block` outlives SIGTERM; its children do not
         kill_marked(str(temp))
@@ -242,3 +256,36 @@ def alive_nodes(cluster: dict) -> int:
     reply.raise_for_status()
     summary = reply.json()["data"]["summary"]
     return sum(1 for node in summary if node["raylet"]["state"] == "ALIVE")
+
+
+@contextlib.contextmanager
+def s3_server(folder: Path) -> Iterator[dict[str, str]]:
+    """An S3-compatible server (moto's server mode) on 127.0.0.1 with one bucket, `crl`; yields
+    the environment that reaches it the standard way (AWS_ENDPOINT_URL and credentials)."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = start(
+        [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        dict(os.environ),
+        folder / "moto.log",
+    )
+    try:
+        wait_for("the S3 server", lambda: _answers(endpoint), 60, proc)
+        pafs.S3FileSystem(endpoint_override=endpoint, allow_bucket_creation=True).create_dir("crl")
+        yield {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    finally:
+        stop(proc)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.HTTPError:
+        return False

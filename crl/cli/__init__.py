@@ -13,11 +13,11 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail, readable_parquet
+from crl.cli.app import app, fail, local_place, readable_parquet
 
 
 def _run_dir(run: str, out: str) -> Path:
-    path = Path(run)
+    path = local_place(run, out)
     if not path.is_dir():
         path = Path(out) / run
     if not (path / "tables").is_dir():
@@ -45,6 +45,15 @@ def _interruptible() -> Iterator[None]:
         os._exit(130)  # Prefect's and Ray's teardown would wait on processes being stopped
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _say_stored(root: Path) -> None:
+    """Where a run in a store keeps its objects (the paths above are its local mirror)."""
+    from crl.steps import store
+
+    uri = store.uri_of(root)
+    if uri is not None:
+        typer.echo(f"crl: stored  {uri}/ (the paths above are its local mirror)")
 
 
 @app.command()
@@ -113,6 +122,7 @@ def run(
         names = ",".join(sorted(p.stem for p in Path(tables).glob("*.parquet")))
         typer.echo(f"crl: tables  {tables}/{{{names}}}.parquet")
         typer.echo(f"crl: report  {result['report']}")
+    _say_stored(Path(result["run_dir"]))
     if result["failures"]:
         for failure in result["failures"]:
             typer.echo(

@@ -21,6 +21,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def local_place(run: str, out: str) -> Path:
+    """Where `run` (a folder, or a run id under --out) is on this machine; in a store
+    (s3://...), its local mirror with the tables downloaded (crl.steps.store)."""
+    from crl.core.errors import ConfigError
+    from crl.steps import store
+
+    try:
+        if store.is_uri(run):
+            return store.local_copy(run)
+        if store.is_uri(out) and not Path(run).exists():
+            return store.local_copy(out, run)
+    except ConfigError as err:
+        fail(str(err))
+    return Path(run)
+
+
+def local_out(out: str) -> Path:
+    """--out on this machine; in a store, its local mirror with every run's tables."""
+    from crl.core.errors import ConfigError
+    from crl.steps import store
+
+    if not store.is_uri(out):
+        return Path(out)
+    try:
+        return store.local_copy(out)
+    except ConfigError as err:
+        fail(str(err))
+
+
 def readable_parquet(path: Path) -> None:
     """A table a command reads must be a whole Parquet file (one line naming it otherwise)."""
     import pyarrow as pa

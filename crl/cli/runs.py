@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail, readable_parquet
+from crl.cli.app import app, fail, local_out, local_place, readable_parquet
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -50,7 +50,7 @@ Out = Annotated[str, typer.Option(help="folder that holds run folders")]
 def _folders(run: str, out: str) -> list[Path]:
     from crl.steps.catalogue import run_folders
 
-    path = Path(run)
+    path = local_place(run, out)
     if not path.exists():
         path = Path(out) / run
     folders = run_folders(path)
@@ -69,9 +69,10 @@ def runs(
     """The runs under --out: config hash, inputs, version and commit, times, cells, status."""
     from crl.steps.catalogue import catalogue
 
-    if not Path(out).is_dir():
+    folder = local_out(out)
+    if not folder.is_dir():
         fail(f"--out {out}: not a folder")
-    emit(catalogue(Path(out)), fmt, output, rows)
+    emit(catalogue(folder), fmt, output, rows)
 
 
 @app.command()

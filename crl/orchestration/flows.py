@@ -138,7 +138,7 @@ def bound_grid(
     """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
     config = crl_config.load(config_path, overrides or [])
     deploy.check_code_overrides(config, overrides or [])  # before anything imports the module
-    paths = prepare(config, Path(out), local=is_local(ray_address))
+    paths = prepare(config, out, local=is_local(ray_address))
     clock = _StageClock()
     runner = make_executor(executor, ray_address)
     runner.start()
@@ -219,7 +219,7 @@ def theorem_checks(
     config = crl_config.load_checks(
         config_path, crl_config.check_overrides(overrides or [], instances)
     )
-    paths = prepare_checks(config, Path(out))
+    paths = prepare_checks(config, out)
     runner = make_executor(executor, ray_address)
     runner.start()
     units, computed = run_instances(config, paths, runner, progress)

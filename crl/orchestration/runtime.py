@@ -18,6 +18,7 @@ from pathlib import Path
 import crl
 from crl.core.errors import ConfigError
 from crl.core.provenance import PROVENANCE_COLUMNS
+from crl.steps import store
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: crl/orchestration/runtime.py
 
@@ -79,6 +80,27 @@ def ray_environment(address: str | None = None) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
+# what a worker needs to reach a run's object store (crl.steps.store): the mirrors, the cache,
+# and the standard AWS variables, passed on only when set here
+STORE_VARIABLES = (
+    store.ENV,
+    store.CACHE_ENV,
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_PROFILE",
+)
+
+
+def store_environment() -> dict[str, str]:
+    """The variables of STORE_VARIABLES set in this process, for the workers' environment."""
+    return {name: os.environ[name] for name in STORE_VARIABLES if os.environ.get(name)}
+
+
 def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
     """Connect to `address` (or RAY_ADDRESS), else start a private local Ray on 127.0.0.1 with
     `num_cpus` CPUs (default: `local_cpus()`).
@@ -95,7 +117,7 @@ def ray_init(address: str | None = None, num_cpus: int | None = None) -> str:
         return "ray (already connected)"
     quiet = {"logging_level": "ERROR", "log_to_driver": False}
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath, **store_environment()}}
     if not local:
         ray.init(address=address, runtime_env=runtime_env, **quiet)
         _sigterm_interrupts()

@@ -16,7 +16,7 @@ from crl.core.errors import ConfigError
 from crl.orchestration import runtime
 from crl.orchestration.executor import Executor, Failure, Training
 from crl.orchestration.progress import Progress
-from crl.steps import cells, check_unit, data, image_data, schema
+from crl.steps import cells, check_unit, data, image_data, schema, store
 from crl.steps import pretrain as pretrain_step
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.dense.embed import DenseEmbedder
@@ -42,7 +42,7 @@ def _complete(path: Path, rows: int | None = None) -> bool:
     except (OSError, pa.ArrowException):
         pass
     sys.stderr.write(f"crl: {path} is incomplete or corrupt; computing it again\n")
-    path.unlink()
+    store.remove(path)
     return False
 
 
@@ -144,6 +144,7 @@ def pretrain(config: Config, paths: RunPaths, executor: Executor, progress: bool
     """Run every pretraining of the run (encoder.pretrain, dense.pretrain) up to its last
     epoch, from the last finished epoch on disk; a finished pretraining is reused. Returns the
     epochs trained now."""
+    paths.sync()
     return sum(
         _pretrain_one(section, job, config, paths, executor, progress)
         for section, job in pretrain_jobs(config, paths)
@@ -166,7 +167,7 @@ def _pretrain_one(
         sys.stderr.write(
             f"crl: a checkpoint of {job.root} is missing; pretraining again from the start\n"
         )
-        job.state.unlink()
+        store.remove(job.state)
         start = 0
     if start:
         sys.stderr.write(f"crl: {section} continues after epoch {start} of {p.epochs}\n")
@@ -227,6 +228,7 @@ def _embed_images(config: Config, paths: RunPaths, executor: Executor, progress:
 def embed(config: Config, paths: RunPaths, executor: Executor, progress: bool = True) -> int:
     """Run the frozen encoder (or each chosen checkpoint of the pretrained one) over every shard
     without features, and the dense backbone over every image shard. Returns shards written."""
+    paths.sync()  # what other nodes wrote: shards, checkpoints
     written = _embed_images(config, paths, executor, progress)
     if config.grid is None or is_paired(config.dataset):
         return written
@@ -289,6 +291,7 @@ def run_cells(
 
     Cells computed at another git commit are reused and counted on stderr, or recomputed with
     `recompute_stale`; each row keeps its own `cell_git_commit`."""
+    paths.sync()
     config_hash = config.hash()
     keys = cells.all_keys(config)
     commit = runtime.git_commit()
@@ -326,7 +329,8 @@ def run_cells(
         table = schema.describe("failures", pa.Table.from_pylist(rows))
         write_parquet_atomic(table, failures_file, paths.staging)
     else:
-        failures_file.unlink(missing_ok=True)
+        store.remove(failures_file)
+    paths.sync()  # the cells that workers of other nodes wrote
     files = [paths.cell(k.cell_id(config_hash)) for k in keys]
     return CellsOutcome(
         len(keys),

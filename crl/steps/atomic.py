@@ -1,7 +1,8 @@
 """Atomic writes: a temporary file outside the table folder, then a rename into place.
 
 The temporary file lives in `staging` (same file system, outside any table folder, so a Polars
-scan of the folder never meets a half-written file) and is renamed over `path`.
+scan of the folder never meets a half-written file) and is renamed over `path`. Under the mirror
+of an object store (crl.steps.store), it is uploaded as the object of `path` before the rename.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
-def _process_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-# read once, at import: os.umask can only be read by setting it
-UMASK = _process_umask()
+from crl.steps.store import UMASK, publish
 
 
 def _replace_atomically(write: Callable[[str], None], path: Path, staging: Path) -> None:
     """Call `write(tmp)` on a fresh temporary file in `staging`, then rename it to `path`, with
-    the mode a plain `open` would give (mkstemp's files are private, 0600)."""
+        the mode a plain `open` would give (mkstemp's files are private, 0600); a mirrored `path`'s
+    object is written before the rename, so a local file exists only once its object does."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=staging)
@@ -35,6 +29,7 @@ def _replace_atomically(write: Callable[[str], None], path: Path, staging: Path)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~UMASK)
+        publish(Path(tmp), path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
+from crl.steps import store
 from crl.steps.atomic import write_bytes_atomic
 
 
@@ -40,7 +41,7 @@ def is_current(stamp: Path, value: str, *outputs: Path) -> bool:
 def forget(stamp: Path) -> None:
     """Remove the stamp before the outputs are rewritten: a derivation that stops half-way is
     never taken as current."""
-    stamp.unlink(missing_ok=True)
+    store.remove(stamp)
 
 
 def record(stamp: Path, value: str, staging: Path) -> None:

@@ -19,7 +19,7 @@ from torch import nn
 
 from crl.core.config import EncoderConfig
 from crl.kernels.encoders import RandomFeatures, SmallCNN
-from crl.steps import data
+from crl.steps import data, store
 from crl.steps.atomic import write_parquet_atomic
 
 INPUT_COLUMNS = ("x", "view_a", "view_b")
@@ -95,14 +95,16 @@ class Embedder:
             module = build(self.config, width)
             if epoch is not None:
                 module.load_state_dict(
-                    torch.load(self.checkpoints[epoch], map_location="cpu", weights_only=True)
+                    torch.load(
+                        store.fetch(self.checkpoints[epoch]), map_location="cpu", weights_only=True
+                    )
                 )
             self.modules[epoch, width] = module
         return self.modules[epoch, width]
 
     def __call__(self, item: EmbedItem | Path) -> str:
         item = item if isinstance(item, EmbedItem) else EmbedItem(None, item)
-        table = pq.read_table(item.shard)
+        table = pq.read_table(store.fetch(item.shard))  # a worker of another node: from the store
         columns = {"id": table.column("id"), "label": table.column("label")}
         for name in INPUT_COLUMNS:
             if name not in table.column_names:

@@ -42,6 +42,7 @@ from torch import nn
 from crl.core.dense_config import PretrainConfig
 from crl.kernels import pretrain as objectives
 from crl.kernels.seeding import generator
+from crl.steps import store
 from crl.steps.atomic import write_bytes_atomic, write_parquet_atomic
 
 
@@ -162,6 +163,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
 def train(job: PretrainJob, ctx: Context) -> None:
     """Train from the last finished epoch (or the start) to pretrain.epochs."""
     p = job.pretrain
+    store.pull(job.root)  # a worker of another node: the split, and the state to resume from
     images = job.task.inputs(job.data)
     dense_loss = p.objective == "densecl"
     encoder = objectives.ContrastiveEncoder(

@@ -17,7 +17,7 @@ from crl import checks
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.core.errors import ConfigError
 from crl.kernels.encoders import square_side
-from crl.steps import data, user_data
+from crl.steps import data, store, user_data
 from crl.steps.atomic import write_bytes_atomic
 from crl.steps.dense.checks import check_dense
 from crl.steps.embed import features_dir_of
@@ -43,18 +43,26 @@ class RunFolder:
         return self.root / ".staging"
 
     def record(self, config: Config | CheckConfig) -> None:
-        """Create the folder and write the validated config with its hash."""
+        """Create the folder and write the validated config with its hash (kept as it is when
+        it holds the same: its time is when the run first started)."""
         self.root.mkdir(exist_ok=True)
         record = json.dumps(
             {"config": config.model_dump(mode="json"), "hash": config.hash()},
             indent=2,
             sort_keys=True,
-        )
-        write_bytes_atomic(record.encode(), self.root / "config.json", self.staging)
+        ).encode()
+        path = self.root / "config.json"
+        if not path.is_file() or path.read_bytes() != record:
+            write_bytes_atomic(record, path, self.staging)
 
     def clean_staging(self) -> None:
         """Remove temporary files left by interrupted writes."""
         shutil.rmtree(self.staging, ignore_errors=True)
+
+    def sync(self) -> int:
+        """Download what other nodes wrote to the run's store since (crl.steps.store; nothing
+        for a local run folder). Returns files downloaded."""
+        return store.pull(self.root)
 
 
 @dataclass(frozen=True)
@@ -117,7 +125,10 @@ class CheckPaths(RunFolder):
 
 
 def writable(out: str | Path) -> Path:
-    """`out`, created if needed, after proving a file can be written there."""
+    """`out`, created if needed, after proving a file can be written there; for a store URI
+    (crl.steps.store), its local mirror, after proving an object can be written there."""
+    if store.is_uri(out):
+        return store.open_store(out)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -167,9 +178,12 @@ def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
                 f"config field {section}.workers: {pretrain.workers} workers of 1 CPU each, but "
                 f"this machine has {os.cpu_count()}: the training could never start"
             )
-    paths = RunPaths(writable(out) / config.run_id())
+    out = writable(out)
+    paths = RunPaths(out / config.run_id())
+    store.pull(paths.root)  # a resume from the store: its finished files
     _writable_run_folder(paths)
     if not paths.root.exists():
+        store.pull(out, lambda parts: parts[1:] == ("config.json",))  # other runs' records
         note = changed_inputs(config, paths.root.parent)
         if note:
             sys.stderr.write(note + "\n")
@@ -298,6 +312,7 @@ def prepare_checks(config: CheckConfig, out: str | Path) -> CheckPaths:
             f"known: {sorted(checks.STATEMENTS)}"
         )
     paths = CheckPaths(writable(out) / config.run_id())
+    store.pull(paths.root)
     _writable_run_folder(paths)
     paths.record(config)
     return paths

@@ -27,6 +27,7 @@ from torch import nn
 from crl.core.dense_config import BackboneConfig, DenseConfig
 from crl.kernels.crops import box_correspondence
 from crl.kernels.encoders import RandomConv
+from crl.steps import store
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.data import list_column, list_to_numpy
 from crl.steps.dense.pretrain_task import load_checkpoint
@@ -142,7 +143,7 @@ class DenseEmbedder:
         net = (
             build_backbone(self.dense.backbone, self.channels)
             if epoch is None
-            else load_checkpoint(self.checkpoints[epoch], self.dense, self.channels)
+            else load_checkpoint(store.fetch(self.checkpoints[epoch]), self.dense, self.channels)
         )
         self.backbone, self.epoch = net.to(self.device).eval(), epoch
 
@@ -167,7 +168,7 @@ class DenseEmbedder:
         item = item if isinstance(item, EmbedItem) else EmbedItem(None, item)
         self._use(item.epoch)
         shard = item.shard
-        table = pq.read_table(shard)
+        table = pq.read_table(store.fetch(shard))  # a worker of another node: from the store
         grid, s = self.dense.backbone.grid, self.dense.views.size
         labels = [
             cell_labels(
