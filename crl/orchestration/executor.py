@@ -7,8 +7,10 @@ run the same steps:
 - `LocalExecutor`: in this process, one item after another; no Ray. For debugging with a
   debugger (`crl run --executor local`) and for fast tests of the steps.
 - `RayExecutor`: one Ray task per item (a worker that dies is retried up to 3 times by Ray) and
-  an actor pool for workers: one actor per GPU when the cluster has GPUs, otherwise CPU actors
-  that leave one CPU to the readers (an actor pool that takes every CPU deadlocks them). A
+  a pool of actors for workers: one actor per GPU when the cluster has GPUs, otherwise CPU actors
+  that leave one CPU to the readers (a pool that takes every CPU deadlocks them). An actor that
+  is lost with its process or node is replaced by a new one, which takes its item (Ray's own
+  actor restarts spend their retries while a lost node is not yet declared dead). A
   private local Ray starts with the first item to run, not before: a rerun whose units are all
   finished never starts one (about 6 s saved); a cluster is connected to at `start`.
 
@@ -21,8 +23,10 @@ so the other items go on; the caller decides what a failure means.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from abc import ABC, abstractmethod
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,9 @@ from crl.core.errors import ConfigError
 from crl.orchestration.progress import Progress
 
 Step = Callable[[Any, Any], Any]
+# how often one item of `map_workers` may lose its worker (a dead process or node) before the
+# stage fails: each loss gives the item to a new worker
+WORKER_LOSSES = 3
 
 
 @dataclass(frozen=True)
@@ -255,7 +262,6 @@ class RayExecutor(Executor):
             return []
         self._connect()
         import ray
-        from ray.util import ActorPool
 
         resources = ray.cluster_resources()
         gpus = float(resources.get("GPU", 0.0))
@@ -263,14 +269,51 @@ class RayExecutor(Executor):
             size, options = int(gpus), {"num_gpus": 1, "num_cpus": 1}
         else:
             size, options = max(1, int(resources.get("CPU", 1.0)) - 1), {"num_cpus": 1}
-        host = ray.remote(_WorkerHost).options(max_restarts=2, max_task_retries=2, **options)
-        pool = ActorPool([host.remote(worker, args) for _ in range(min(size, len(items)))])
+        host = ray.remote(_WorkerHost).options(**options)
+        new_worker = lambda: host.remote(worker, args)  # noqa: E731
+        queue = deque(enumerate(items))
+        running: dict[Any, tuple[Any, int]] = {}  # result -> (actor, item's index)
+
+        def give(actor: Any) -> None:
+            if queue:
+                index, item = queue.popleft()
+                running[actor.run.remote(item)] = (actor, index)
+
+        for _ in range(min(size, len(items))):
+            give(new_worker())
         bar = Progress(label, len(items), progress)
-        results = []
-        for result in pool.map_unordered(lambda actor, item: actor.run.remote(item), items):
-            results.append(result)
-            bar.advance()
+        results: list[Any] = [None] * len(items)
+        losses: Counter[int] = Counter()
+        while running:
+            (done,), _ = ray.wait(list(running), num_returns=1)
+            actor, index = running.pop(done)
+            try:
+                results[index] = ray.get(done)
+                bar.advance()
+            except ray.exceptions.RayActorError as err:  # its process or node is gone
+                losses[index] += 1
+                if losses[index] > WORKER_LOSSES:
+                    raise
+                actor = self._replace(actor, new_worker, label, err)
+                queue.appendleft((index, items[index]))
+            give(actor)
         return results
+
+    @staticmethod
+    def _replace(actor: Any, new_worker: Callable[[], Any], label: str, err: Exception) -> Any:
+        """A new worker in place of a lost one (a dead process or node; one that is only
+        unreachable for now is stopped, so that no two run the same items)."""
+        import ray
+
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already gone
+            pass
+        reason = str(err).strip().splitlines()[0][:160]
+        sys.stderr.write(
+            f"crl: a worker of {label} was lost ({reason}); a new one takes its item\n"
+        )
+        return new_worker()
 
     def train(self, loop: Callable, job: Any, training: Training) -> None:
         self._connect()
