@@ -130,7 +130,9 @@ def submit(
     address: Annotated[str, typer.Option(help="the cluster's job API, e.g. http://HEAD:8265")],
     out: Annotated[
         str,
-        typer.Option(help="absolute folder on the cluster, on storage every node mounts"),
+        typer.Option(
+            help="absolute folder on the cluster, on storage every node mounts, or s3://..."
+        ),
     ],
     set_: SetOpt = [],  # noqa: B006
     wait: WaitOpt = False,
@@ -162,6 +164,8 @@ def submit(
             err=True,
         )
         raise typer.Exit(130) from None
+    except DeployError as err:
+        fail(str(err), code=1)
     status, message = submit_jobs.job_status(job.address, job.submission_id)
     typer.echo(f"crl: job {job.submission_id} {status}" + (f": {message}" if code else ""))
     raise typer.Exit(code)

@@ -19,6 +19,7 @@ from typing import Any
 from crl.core import config as crl_config
 from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import runtime
+from crl.steps import store
 
 REPO = runtime.REPO
 
@@ -131,14 +132,15 @@ def submit(
 ) -> Submitted:
     """Submit `crl run CONFIG` as a Ray job; the repo (less runs/, .venv/, ...) is its working_dir.
 
-    `out` is a path on the cluster, on storage every node mounts: cells are written by the node
-    that computes them and aggregated by the driver.
+    `out` is a path on the cluster, on storage every node mounts, or an object store every node
+    reaches (s3://bucket/prefix: crl.steps.store): cells are written by the node that computes
+    them and aggregated by the driver.
     """
     address = _check_address(address)
-    if not Path(out).is_absolute():
+    if not store.is_uri(out) and not Path(out).is_absolute():
         raise DeployError(
             f"--out {out}: give an absolute path on the cluster, on storage every node mounts "
-            "(e.g. /data/crl/runs)"
+            "(e.g. /data/crl/runs), or an object store (s3://bucket/runs)"
         )
     try:
         cfg = crl_config.load(config, overrides)
@@ -170,11 +172,18 @@ def follow(address: str, submission_id: str, echo: Callable[[str], None]) -> int
         async for chunk in client.tail_job_logs(submission_id):
             echo(chunk)
 
-    asyncio.run(tail())
-    info = client.get_job_info(submission_id)
-    while not info.status.is_terminal():  # the log stream can close a moment before the status
-        time.sleep(1)
+    try:
+        asyncio.run(tail())
         info = client.get_job_info(submission_id)
+        while not info.status.is_terminal():  # the log stream can close before the status
+            time.sleep(1)
+            info = client.get_job_info(submission_id)
+    except (ConnectionError, RuntimeError) as err:  # the head (its job API) is gone
+        raise DeployError(
+            f"lost the job API at {address} while following {submission_id} "
+            f"({_one_line(err)}); if the head died, the job died with it: finished units are "
+            "kept under --out, and the same `crl submit` (or `crl run`) resumes the run"
+        ) from None
     if info.status == JobStatus.SUCCEEDED:
         return 0
     return info.driver_exit_code or 1

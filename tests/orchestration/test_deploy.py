@@ -84,6 +84,7 @@ def test_job_entrypoint_quotes_and_ships_the_config() -> None:
     entry = submit.job_entrypoint("/data/my runs", ["grid.n=[20, 40]"])
     assert "python -m crl run \"$f\" --out '/data/my runs' --ray-address auto" in entry
     assert "--set 'grid.n=[20, 40]'" in entry
+    assert "--out s3://bucket/runs --ray-address" in submit.job_entrypoint("s3://bucket/runs", [])
     env = submit.job_runtime_env("name: x\n", {"A": "1"}, [])
     assert env["working_dir"] == str(REPO) and "/.venv/" in env["excludes"]
     assert env["env_vars"]["CRL_CONFIG_YAML"] == "name: x\n" and env["env_vars"]["A"] == "1"
@@ -101,6 +102,17 @@ BAD_INPUT = [
     (["serve", "--config", "conf/quickstart.yaml", "--limit", "0"], "--limit"),
     (["submit", "conf/quickstart.yaml", "--address", "ray://h:10001", "--out", "/o"], "--address"),
     (["submit", "conf/quickstart.yaml", "--address", "http://h:8265", "--out", "o"], "--out"),
+    (  # an object store is a valid --out: the unreachable address is what fails
+        [
+            "submit",
+            "conf/quickstart.yaml",
+            "--address",
+            f"http://127.0.0.1:{free_port()}",
+            "--out",
+            "s3://bucket/runs",
+        ],
+        "--address",
+    ),
     (
         [
             "submit",

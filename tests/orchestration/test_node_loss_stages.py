@@ -1,11 +1,15 @@
-"""Losing the node that does the work, in pretraining and then in embedding: a two-node cluster
-on 127.0.0.1 whose head has no CPUs, so every training worker and embedding actor runs on the
-worker node. The node is killed (raylet, workers, agents) mid-pretraining; a replacement joins,
-as an autoscaler's would; it is killed in turn mid-embedding, and a third joins. The run
-completes, and its tables equal an uninterrupted run's."""
+"""Losing nodes of a two-node cluster on 127.0.0.1 (the cells case is in test_faults.py).
+
+- The node that does the work, in pretraining and then in embedding: the head has no CPUs, so
+  every training worker and embedding actor runs on the worker node. The node is killed
+  (raylet, workers, agents) mid-pretraining; a replacement joins, as an autoscaler's would; it
+  is killed in turn mid-embedding, and a third joins. The run completes, and its tables equal an
+  uninterrupted run's.
+- The head, mid-cells: the run fails; rerunning the command (here locally) completes it."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +19,7 @@ import yaml
 
 from crl.core import config
 from tests.conftest import crl
+from tests.orchestration.test_faults import NODE_LOSS
 from tests.services import alive_nodes, kill_marked, start, stop, wait_for
 
 pytestmark = pytest.mark.slow
@@ -87,3 +92,42 @@ def test_losing_the_working_node_in_pretraining_and_in_embedding(
         timing = [c for c in lost.columns if "second" in c or c == "device"]
         assert lost.height == whole.height
         assert lost.drop(timing).equals(whole.drop(timing)), name
+
+
+def test_losing_the_head_fails_the_run_and_a_rerun_completes_it(
+    ray_cluster: dict, tmp_path: Path
+) -> None:
+    """Kill the head (GCS, its raylet, the job's driver) while cells run: the run fails; the
+    same command run locally reuses every finished cell and ends with an uninterrupted run's
+    tables."""
+    wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
+    path, runs = tmp_path / "head-loss.yaml", tmp_path / "runs"
+    path.write_text(yaml.safe_dump(NODE_LOSS))
+    run_dir = runs / config.load(path).run_id()
+    log = tmp_path / "submit.log"
+    args = ["submit", str(path), "--address", ray_cluster["address"], "--out", str(runs), "--wait"]
+    submitted = start([sys.executable, "-m", "crl", *args], ray_cluster["env"], log)
+    try:
+        done = lambda: _count(run_dir, "cells/*.parquet")  # noqa: E731
+        wait_for("cells under way", lambda: done() >= 2, 300, submitted)
+        assert done() < 12, "the grid finished before the head could be lost"
+        kill_marked(str(ray_cluster["temp"] / "head"))
+        assert submitted.wait(timeout=300) == 1, log.read_text()[-3000:]
+    finally:
+        stop(submitted)
+    assert "crl: error: lost the job API at" in log.read_text()  # one line, no traceback
+    assert not (run_dir / "tables" / "cells.parquet").exists()
+    before = done()
+
+    local = ("--executor", "local", "--quiet")
+    rerun = crl("run", str(path), "--out", str(runs), *local)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert int(re.search(r"\((\d+) already done", rerun.stdout).group(1)) >= before
+    whole_runs = tmp_path / "uninterrupted"
+    again = crl("run", str(path), "--out", str(whole_runs), *local)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = pl.read_parquet(run_dir / "tables" / "cells.parquet")
+    whole = pl.read_parquet(whole_runs / run_dir.name / "tables" / "cells.parquet")
+    timing = [c for c in resumed.columns if c.endswith("seconds") or c == "device"]
+    assert resumed.height == whole.height == 12
+    assert resumed.drop(timing).equals(whole.drop(timing))
