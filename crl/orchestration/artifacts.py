@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from crl.steps import catalogue
+from crl.steps import catalogue, store
 
 GRID_COLUMNS = [
     "regime",
@@ -50,7 +50,10 @@ def current_flow_run() -> FlowRun:
 
 def change_section(run_dir: Path, result: dict, flow: FlowRun | None) -> list[str]:
     """Markdown lines: how the run moved against the previous run of its deployment (in this
-    folder or another), or, run by hand, against the latest other run of its config name."""
+    folder or another), or, run by hand, against the latest other run of its config name. In an
+    object store, the other runs' records and summaries are downloaded first."""
+    wanted = {(catalogue.FLOW_RUNS,), ("tables", "summary.parquet")}
+    store.pull(run_dir.parent, lambda parts: parts[1:] in wanted)
     if flow is not None and flow.deployment_id is not None:
         found = catalogue.previous_flow_run(run_dir.parent, flow.deployment_id, flow.flow_run_id)
         if found is None:
@@ -103,7 +106,7 @@ def publish_grid(
         markdown="\n".join(
             [
                 f"# crl run {run_dir.name}",
-                f"- run folder: `{run_dir}`",
+                f"- run folder: `{store.uri_of(run_dir) or run_dir}`",
                 f"- cells: {result['cells_total']} ({result['cells_skipped']} already done, "
                 f"{result['cells_computed']} computed, {len(result['failures'])} failed)",
                 f"- certified bounds held in {held} of {checked} (cell, bound) pairs",

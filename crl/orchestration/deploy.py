@@ -18,6 +18,7 @@ from typing import Any
 from crl.core import config as crl_config
 from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import runtime
+from crl.steps import store
 
 REPO = runtime.REPO
 
@@ -47,7 +48,9 @@ class Deployed:
 
 def portable_path(path: str | Path) -> str:
     """Relative to the repo when inside it (the flow runs with the repo as working directory),
-    absolute otherwise."""
+    absolute otherwise; an object store's URI (crl.steps.store) as it is."""
+    if store.is_uri(path):
+        return str(path)
     resolved = Path(path).expanduser().resolve()
     try:
         return str(resolved.relative_to(REPO))

@@ -352,4 +352,5 @@ def run_check_units(
     todo = [u for u in units if not _complete(job.path(u))]
     results = executor.map(check_unit.run_unit, todo, job, label="checks", progress=progress)
     _raise_failures("checks", results)
+    paths.sync()  # the units that workers of other nodes wrote
     return len(units), len(todo)

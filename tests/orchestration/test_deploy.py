@@ -72,6 +72,8 @@ def test_parameters_are_checked_and_portable(tmp_path: Path) -> None:
     }
     outside = deploy.flow_parameters("theorem_checks", None, [], str(tmp_path / "o"), "auto", 3)
     assert outside["out"] == str(tmp_path / "o") and outside["instances"] == 3
+    stored = deploy.flow_parameters("theorem_checks", None, [], "s3://bucket/runs", None, None)
+    assert stored["out"] == "s3://bucket/runs"  # an object store, kept as it is
     with pytest.raises(DeployError, match="grid.m"):
         deploy.flow_parameters(
             "bound_grid", "conf/quickstart.yaml", ["grid.m=[0]"], "r", None, None
