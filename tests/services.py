@@ -161,6 +161,9 @@ def two_node_ray_cluster(head_cpus: int = 1) -> Iterator[dict]:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
+    # set by crl for a private local Ray (crl.orchestration.runtime) when a test of this worker
+    # process started one in-process; with it, `ray start` refuses a second node
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     gcs, dashboard = free_port(), free_port()
     common = [
         "--block",
