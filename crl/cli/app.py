@@ -38,14 +38,14 @@ def local_place(run: str, out: str) -> Path:
 
 
 def local_out(out: str) -> Path:
-    """--out on this machine; in a store, its local mirror with every run's tables."""
+    """--out on this machine; in a store, its local mirror with every run's tables and cells."""
     from crl.core.errors import ConfigError
     from crl.steps import store
 
     if not store.is_uri(out):
         return Path(out)
     try:
-        return store.local_copy(out)
+        return store.local_copy(out, cells=True)
     except ConfigError as err:
         fail(str(err))
 

@@ -173,8 +173,8 @@ def _pretrain_one(
         sys.stderr.write(f"crl: {section} continues after epoch {start} of {p.epochs}\n")
     bar = Progress(f"pretrain {job.task.family} ({p.objective})", p.epochs - start, progress)
 
-    def watch() -> None:  # an epoch's row is written once the epoch is over
-        while job.epoch_row(start + bar.done + 1).exists():
+    def watch() -> None:  # an epoch's row is written once the epoch is over (on any node)
+        while store.fetch(job.epoch_row(start + bar.done + 1)).exists():
             row = pq.read_table(job.epoch_row(start + bar.done + 1)).to_pylist()[0]
             bar.advance(f"loss {row['loss']:.4f}  {row['images_per_second']:.0f} images/s")
 

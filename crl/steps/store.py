@@ -41,8 +41,9 @@ ENV = "CRL_STORE"
 CACHE_ENV = "CRL_CACHE_DIR"  # shared with the input fingerprints' cache (crl.core.fingerprints)
 STAGING = ".staging"
 CHUNK = 8 << 20
-# what the reading commands (runs, query, diff, report) never need: data, features, pretraining
+# what the reading commands never need: data, features, pretraining; and cells but for `crl runs`
 HEAVY = frozenset({"data", "features", "pretrain", "dense"})
+CELLS = "cells"
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
@@ -129,13 +130,15 @@ def _probe(filesystem, base: str, uri: str) -> None:
         raise ConfigError(f"--out {uri}: cannot write there ({_first_line(err)})") from None
 
 
-def local_copy(uri: str, run: str | None = None) -> Path:
+def local_copy(uri: str, run: str | None = None, cells: bool = False) -> Path:
     """For the reading commands: the mirror of the store at `uri` (or of its run folder `run`),
-    with what they read downloaded (configs, run records, cells, tables, report; `light`)."""
+    with what they read downloaded: configs, run records, tables and report, and with `cells`
+    the cell files (which `crl runs` counts)."""
     root = open_store(uri, probe=False)
     place = root if run is None else root / run
+    skip = HEAVY if cells else HEAVY | {CELLS}
     try:
-        pull(place, light)
+        pull(place, lambda parts: not skip.intersection(parts))
     except OSError as err:
         raise ConfigError(f"{uri}: cannot read the store ({_first_line(err)})") from None
     return place
@@ -239,11 +242,6 @@ def pull(folder: Path, keep: Callable[[tuple[str, ...]], bool] | None = None) ->
         _download(mirror, info.path, local, info.mtime)
         pulled += 1
     return pulled
-
-
-def light(parts: tuple[str, ...]) -> bool:
-    """For `pull`: what the reading commands need (no data, features nor pretraining files)."""
-    return not HEAVY.intersection(parts)
 
 
 def _current(local: Path, info) -> bool:

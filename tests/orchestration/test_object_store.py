@@ -77,6 +77,8 @@ def test_a_run_in_object_storage_resumes_after_kill_9_from_an_empty_mirror(
         count = crl("query", uri, "select count(*) as n from cells", "--format", "csv", env=reader)
         assert count.returncode == 0, count.stderr[-2000:]
         assert count.stdout.split() == ["n", "40"]
+        reader_mirror = tmp_path / "machine-c" / "store" / "s3" / "crl" / "runs" / run_id
+        assert not (reader_mirror / "cells").exists()  # a query reads the tables alone
         runs = crl("runs", "--out", uri, "--format", "csv", env=reader)
         assert runs.returncode == 0 and f"{run_id},grid" in runs.stdout, runs.stderr[-2000:]
         assert ",40,40,0,complete" in runs.stdout
@@ -84,8 +86,8 @@ def test_a_run_in_object_storage_resumes_after_kill_9_from_an_empty_mirror(
         assert diff.returncode == 0, diff.stderr[-2000:]
         report = crl("report", run_id, "--out", uri, env=reader)
         assert report.returncode == 0, report.stderr[-2000:]
-        reader_mirror = tmp_path / "machine-c" / "store" / "s3" / "crl" / "runs" / run_id
         assert not (reader_mirror / "data").exists()  # the reading commands take no data
+        assert (reader_mirror / "cells").is_dir()  # `crl runs` counts the cells
         assert f"{run_id}/report/index.html" in _keys(uri)
 
         missing = crl("run", str(path), "--out", "s3://no-such-bucket/runs", *local, env=fresh)
