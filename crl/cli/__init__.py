@@ -184,6 +184,7 @@ def check(
         )
     typer.echo(f"crl: tables  {result['run_dir']}/tables/{{checks,checks_summary}}.parquet")
     typer.echo(f"crl: report  {result['report']}")
+    _say_stored(Path(result["run_dir"]))
     if failed:
         import polars as pl
 
@@ -225,6 +226,7 @@ def report(
                 tables, root / "report", root / ".staging", force=True
             )
     typer.echo(f"crl: report  {page}")
+    _say_stored(root)
 
 
 BENCHES = {

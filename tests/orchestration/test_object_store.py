@@ -86,6 +86,7 @@ def test_a_run_in_object_storage_resumes_after_kill_9_from_an_empty_mirror(
         assert diff.returncode == 0, diff.stderr[-2000:]
         report = crl("report", run_id, "--out", uri, env=reader)
         assert report.returncode == 0, report.stderr[-2000:]
+        assert f"crl: stored  {uri}/{run_id}/" in report.stdout
         assert not (reader_mirror / "data").exists()  # the reading commands take no data
         assert (reader_mirror / "cells").is_dir()  # `crl runs` counts the cells
         assert f"{run_id}/report/index.html" in _keys(uri)
