@@ -7,18 +7,21 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 
 from crl.core import config
 from tests.conftest import REPO, crl, crl_killable
+from tests.orchestration.cluster_runs import (
+    NODE_LOSS,
+    assert_equals_uninterrupted,
+    submit_in_background,
+)
 from tests.orchestration.test_bound_grid import TINY, write_config
-from tests.services import alive_nodes, kill_marked, start, stop, wait_for
+from tests.services import alive_nodes, kill_marked, stop, wait_for
 
 pytestmark = pytest.mark.slow
 INJECT = str(REPO / "tests" / "fault_injection")
@@ -102,59 +105,21 @@ def test_failing_cell_recorded_others_complete(tmp_path: Path) -> None:
     assert cells.height == 6 and not ((cells["m"] == 3) & (cells["n"] == 60)).any()
 
 
-# hinge cells run to the APG cap (about 2 ms an iteration): long enough to lose a node mid-run
-NODE_LOSS = {
-    "name": "node-loss",
-    "seed": 0,
-    "dataset": {
-        "kind": "synthetic",
-        "classes": 3,
-        "dim": 6,
-        "train_size": 600,
-        "test_size": 300,
-        "shards": 2,
-    },
-    "model": {"d": 3, "solver": "apg", "tol": 1e-12, "max_iter": 1500},
-    "grid": {
-        "regimes": ["scrl"],
-        "losses": ["hinge"],
-        "m": [2, 4],
-        "n": [100, 200],
-        "seeds": [0, 1, 2],
-    },
-    "eval": {"test_anchors": 100, "negative_pool": 64, "probe_points": 100, "rademacher_draws": 8},
-}
-
-
 def test_losing_the_worker_node_mid_run(ray_cluster: dict, tmp_path: Path) -> None:
     """Kill the worker node (its raylet, workers and agents) while cells run on both nodes:
     Ray retries the lost cells on the head, the run completes, and its cells equal an
     uninterrupted run's."""
     wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
-    path, runs = tmp_path / "node-loss.yaml", tmp_path / "runs"
-    path.write_text(yaml.safe_dump(NODE_LOSS))
-    run_dir = runs / config.validate(NODE_LOSS).run_id()
-    log = tmp_path / "submit.log"
-    args = ["submit", str(path), "--address", ray_cluster["address"], "--out", str(runs), "--wait"]
-    env = {**ray_cluster["env"], "PYTHONUNBUFFERED": "1"}
-    submitted = start([sys.executable, "-m", "crl", *args], env, log)
+    run = submit_in_background(ray_cluster, NODE_LOSS, tmp_path)
     try:
-        done = lambda: len(list((run_dir / "cells").glob("*.parquet")))  # noqa: E731
-        wait_for("cells on both nodes", lambda: done() >= 2, 300, submitted)
+        done = lambda: len(list((run.run_dir / "cells").glob("*.parquet")))  # noqa: E731
+        wait_for("cells on both nodes", lambda: done() >= 2, 300, run.proc)
         assert done() < 12, "the grid finished before the node could be lost"
         kill_marked(str(ray_cluster["temp"] / "worker"))
         wait_for("the worker node dead", lambda: alive_nodes(ray_cluster) == 1, 120)
-        assert submitted.wait(timeout=600) == 0, log.read_text()[-4000:]
+        assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-4000:]
     finally:
-        stop(submitted)
-    text = log.read_text()
+        stop(run.proc)
+    text = run.log.read_text()
     assert "SUCCEEDED" in text and "crl: 12 cells" in text
-    lost = pl.read_parquet(run_dir / "tables" / "cells.parquet")
-
-    whole_runs = tmp_path / "uninterrupted"
-    again = crl("run", str(path), "--out", str(whole_runs), "--executor", "local", "--quiet")
-    assert again.returncode == 0, again.stderr[-3000:]
-    whole = pl.read_parquet(whole_runs / run_dir.name / "tables" / "cells.parquet")
-    timing = [c for c in lost.columns if c.endswith("seconds") or c == "device"]
-    assert lost.height == whole.height == 12
-    assert lost.drop(timing).equals(whole.drop(timing))
+    assert_equals_uninterrupted(run, tmp_path, "cells")

@@ -10,17 +10,17 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
-import polars as pl
 import pytest
-import yaml
 
-from crl.core import config
 from tests.conftest import crl
-from tests.orchestration.test_faults import NODE_LOSS
-from tests.services import alive_nodes, kill_marked, start, stop, wait_for
+from tests.orchestration.cluster_runs import (
+    NODE_LOSS,
+    assert_equals_uninterrupted,
+    submit_in_background,
+)
+from tests.services import alive_nodes, kill_marked, stop, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,36 +62,22 @@ def test_losing_the_working_node_in_pretraining_and_in_embedding(
 ) -> None:
     cluster = replaceable_ray_cluster
     wait_for("two nodes", lambda: alive_nodes(cluster) == 2, 60)
-    path, runs = tmp_path / "stages.yaml", tmp_path / "runs"
-    path.write_text(yaml.safe_dump(STAGES))
-    run_dir = runs / config.load(path).run_id()  # with the digits version in `inputs`
-    log = tmp_path / "submit.log"
-    args = ["submit", str(path), "--address", cluster["address"], "--out", str(runs), "--wait"]
-    submitted = start([sys.executable, "-m", "crl", *args], cluster["env"], log)
+    run = submit_in_background(cluster, STAGES, tmp_path)
     try:
-        epochs = lambda: _count(run_dir / "pretrain", "epochs/*.parquet")  # noqa: E731
-        wait_for("pretraining under way", lambda: epochs() >= 10, 300, submitted)
+        epochs = lambda: _count(run.run_dir / "pretrain", "epochs/*.parquet")  # noqa: E731
+        wait_for("pretraining under way", lambda: epochs() >= 10, 300, run.proc)
         assert epochs() < 300, "the pretraining finished before the node could be lost"
         _lose_the_worker(cluster, "worker", "second")
-        features = lambda: _count(run_dir, "features/epoch=*/split=*/*.parquet")  # noqa: E731
-        wait_for("embedding under way", lambda: features() >= 2, 400, submitted)
+        features = lambda: _count(run.run_dir, "features/epoch=*/split=*/*.parquet")  # noqa: E731
+        wait_for("embedding under way", lambda: features() >= 2, 400, run.proc)
         assert features() < 13 * 16, "the embedding finished before the node could be lost"
         _lose_the_worker(cluster, "second", "third")
-        assert submitted.wait(timeout=600) == 0, log.read_text()[-4000:]
+        assert run.proc.wait(timeout=600) == 0, run.log.read_text()[-4000:]
     finally:
-        stop(submitted)
-    text = log.read_text()
+        stop(run.proc)
+    text = run.log.read_text()
     assert "SUCCEEDED" in text and "crl: 13 cells" in text, text[-3000:]
-
-    whole_runs = tmp_path / "uninterrupted"
-    again = crl("run", str(path), "--out", str(whole_runs), "--executor", "local", "--quiet")
-    assert again.returncode == 0, again.stderr[-3000:]
-    for name in ("cells", "pretrain"):
-        lost = pl.read_parquet(run_dir / "tables" / f"{name}.parquet")
-        whole = pl.read_parquet(whole_runs / run_dir.name / "tables" / f"{name}.parquet")
-        timing = [c for c in lost.columns if "second" in c or c == "device"]
-        assert lost.height == whole.height
-        assert lost.drop(timing).equals(whole.drop(timing)), name
+    assert_equals_uninterrupted(run, tmp_path, "cells", "pretrain")
 
 
 def test_losing_the_head_fails_the_run_and_a_rerun_completes_it(
@@ -101,33 +87,21 @@ def test_losing_the_head_fails_the_run_and_a_rerun_completes_it(
     same command run locally reuses every finished cell and ends with an uninterrupted run's
     tables."""
     wait_for("two nodes", lambda: alive_nodes(ray_cluster) == 2, 60)
-    path, runs = tmp_path / "head-loss.yaml", tmp_path / "runs"
-    path.write_text(yaml.safe_dump(NODE_LOSS))
-    run_dir = runs / config.load(path).run_id()
-    log = tmp_path / "submit.log"
-    args = ["submit", str(path), "--address", ray_cluster["address"], "--out", str(runs), "--wait"]
-    submitted = start([sys.executable, "-m", "crl", *args], ray_cluster["env"], log)
+    run = submit_in_background(ray_cluster, NODE_LOSS, tmp_path)
     try:
-        done = lambda: _count(run_dir, "cells/*.parquet")  # noqa: E731
-        wait_for("cells under way", lambda: done() >= 2, 300, submitted)
+        done = lambda: _count(run.run_dir, "cells/*.parquet")  # noqa: E731
+        wait_for("cells under way", lambda: done() >= 2, 300, run.proc)
         assert done() < 12, "the grid finished before the head could be lost"
         kill_marked(str(ray_cluster["temp"] / "head"))
-        assert submitted.wait(timeout=300) == 1, log.read_text()[-3000:]
+        assert run.proc.wait(timeout=300) == 1, run.log.read_text()[-3000:]
     finally:
-        stop(submitted)
-    assert "crl: error: lost the job API at" in log.read_text()  # one line, no traceback
-    assert not (run_dir / "tables" / "cells.parquet").exists()
+        stop(run.proc)
+    assert "crl: error: lost the job API at" in run.log.read_text()  # one line, no traceback
+    assert not (run.run_dir / "tables" / "cells.parquet").exists()
     before = done()
 
-    local = ("--executor", "local", "--quiet")
-    rerun = crl("run", str(path), "--out", str(runs), *local)
+    runs = run.run_dir.parent
+    rerun = crl("run", str(run.config), "--out", str(runs), "--executor", "local", "--quiet")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert int(re.search(r"\((\d+) already done", rerun.stdout).group(1)) >= before
-    whole_runs = tmp_path / "uninterrupted"
-    again = crl("run", str(path), "--out", str(whole_runs), *local)
-    assert again.returncode == 0, again.stderr[-3000:]
-    resumed = pl.read_parquet(run_dir / "tables" / "cells.parquet")
-    whole = pl.read_parquet(whole_runs / run_dir.name / "tables" / "cells.parquet")
-    timing = [c for c in resumed.columns if c.endswith("seconds") or c == "device"]
-    assert resumed.height == whole.height == 12
-    assert resumed.drop(timing).equals(whole.drop(timing))
+    assert_equals_uninterrupted(run, tmp_path, "cells")
