@@ -292,8 +292,8 @@ class RayExecutor(Executor):
                 bar.advance()
             except ray.exceptions.RayActorError as err:  # its process or node is gone
                 losses[index] += 1
-                if losses[index] > WORKER_LOSSES:
-                    raise
+                if err.actor_init_failed or losses[index] > WORKER_LOSSES:
+                    raise  # the worker's own constructor failed: not a loss
                 actor = self._replace(actor, new_worker, label, err)
                 queue.appendleft((index, items[index]))
             give(actor)
