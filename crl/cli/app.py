@@ -24,28 +24,29 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def local_place(run: str, out: str) -> Path:
     """Where `run` (a folder, or a run id under --out) is on this machine; in a store
     (s3://...), its local mirror with the tables downloaded (crl.steps.store)."""
-    from crl.core.errors import ConfigError
     from crl.steps import store
 
-    try:
-        if store.is_uri(run):
-            return store.local_copy(run)
-        if store.is_uri(out) and not Path(run).exists():
-            return store.local_copy(out, run)
-    except ConfigError as err:
-        fail(str(err))
+    if store.is_uri(run):
+        return _local_copy(run)
+    if store.is_uri(out) and not Path(run).exists():
+        return _local_copy(out, run)
     return Path(run)
 
 
 def local_out(out: str) -> Path:
     """--out on this machine; in a store, its local mirror with every run's tables and cells."""
+    from crl.steps import store
+
+    return _local_copy(out, cells=True) if store.is_uri(out) else Path(out)
+
+
+def _local_copy(uri: str, run: str | None = None, cells: bool = False) -> Path:
+    """crl.steps.store.local_copy; a store that cannot be read is the one-line exit."""
     from crl.core.errors import ConfigError
     from crl.steps import store
 
-    if not store.is_uri(out):
-        return Path(out)
     try:
-        return store.local_copy(out, cells=True)
+        return store.local_copy(uri, run, cells)
     except ConfigError as err:
         fail(str(err))
 

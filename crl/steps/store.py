@@ -176,14 +176,21 @@ def uri_of(path: Path) -> str | None:
     return base if rel == "." else f"{base}/{rel}"
 
 
+def _object(path: Path) -> tuple[Mirror, str] | None:
+    """The mirror of a file and its object key (None: not mirrored, or in staging)."""
+    mirror = mirror_of(path)
+    key = None if mirror is None else mirror.key(path)
+    return None if key is None else (mirror, key)
+
+
 def publish(tmp: Path, path: Path) -> None:
     """Upload the finished file `tmp` as the object of `path` (nothing when `path` is not
     mirrored); `tmp`'s time is then set to now, so a later `pull` sees the local copy as
     current."""
-    mirror = mirror_of(path)
-    key = None if mirror is None else mirror.key(path)
-    if key is None:
+    found = _object(path)
+    if found is None:
         return
+    mirror, key = found
     filesystem = _filesystem(mirror.uri)[0]
     with open(tmp, "rb") as source, filesystem.open_output_stream(key) as target:
         while chunk := source.read(CHUNK):
@@ -194,9 +201,9 @@ def publish(tmp: Path, path: Path) -> None:
 def remove(path: Path) -> None:
     """Delete `path` and, when mirrored, its object."""
     path.unlink(missing_ok=True)
-    mirror = mirror_of(path)
-    key = None if mirror is None else mirror.key(path)
-    if key is not None:
+    found = _object(path)
+    if found is not None:
+        mirror, key = found
         try:
             _filesystem(mirror.uri)[0].delete_file(key)
         except FileNotFoundError:
@@ -205,11 +212,9 @@ def remove(path: Path) -> None:
 
 def fetch(path: Path) -> Path:
     """`path`, downloaded from the store first when it is mirrored and not held here."""
-    if path.exists():
-        return path
-    mirror = mirror_of(path)
-    key = None if mirror is None else mirror.key(path)
-    if key is not None:
+    found = None if path.exists() else _object(path)
+    if found is not None:
+        mirror, key = found
         info = _filesystem(mirror.uri)[0].get_file_info(key)
         if info.size is not None:
             _download(mirror, key, path, info.mtime)
