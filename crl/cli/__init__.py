@@ -13,13 +13,14 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail, local_place, readable_parquet
+from crl.cli.app import app, example, fail, local_place, readable_parquet
+from crl.core.places import resolved
 
 
 def _run_dir(run: str, out: str) -> Path:
     path = local_place(run, out)
     if not path.is_dir():
-        path = Path(out) / run
+        path = Path(resolved(run, out))
     if not (path / "tables").is_dir():
         fail(f"run {run}: no tables folder at {path / 'tables'}")
     return path
@@ -56,7 +57,7 @@ def _say_stored(root: Path) -> None:
         typer.echo(f"crl: stored  {uri}/ (the paths above are its local mirror)")
 
 
-@app.command()
+@app.command(epilog=example("crl run conf/quickstart.yaml --set grid.m=[1,4,16]"))
 def run(
     config: Annotated[str, typer.Argument(help="YAML config, e.g. conf/quickstart.yaml")],
     out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
@@ -84,6 +85,7 @@ def run(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load(config, set_)
+        config, out = resolved(config), resolved(out)  # the flow's processes read them anywhere
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         local_prefect.prefect_local_env()
     except ConfigError as err:
@@ -133,7 +135,7 @@ def run(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=example("crl check conf/checks.yaml --instances 20"))
 def check(
     config: Annotated[
         str | None, typer.Argument(help="check config, e.g. conf/checks.yaml")
@@ -158,6 +160,8 @@ def check(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
+        out = resolved(out)
+        config = None if config is None else resolved(config)
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         prepare_checks(cfg, out)
         local_prefect.prefect_local_env()
@@ -199,7 +203,7 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=example("crl report runs/quickstart-<hash>"))
 def report(
     run: Annotated[str, typer.Argument(help="run folder (or run id under --out)")],
     out: Annotated[str, typer.Option(help="folder that holds run folders")] = "runs",
@@ -243,7 +247,7 @@ BENCHES = {
 }
 
 
-@app.command()
+@app.command(epilog=example("crl bench kernels"))
 def bench(
     which: Annotated[str, typer.Argument(help=" | ".join(BENCHES))] = "kernels",
 ) -> None:

@@ -7,11 +7,22 @@ from typing import NoReturn
 
 import typer
 
+from crl.core.places import resolved
+
+
+def example(command: str) -> str:
+    """A --help page's last line: one command a user can type, printed as written (no markup;
+    click's \\b keeps a long line from being wrapped)."""
+    return f"\b\nExample: {command}"
+
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Generalization bounds for contrastive representation learning, at scale.",
+    epilog=example("crl run conf/quickstart.yaml"),
 )
 
 
@@ -30,14 +41,14 @@ def local_place(run: str, out: str) -> Path:
         return _local_copy(run)
     if store.is_uri(out) and not Path(run).exists():
         return _local_copy(out, run)
-    return Path(run)
+    return Path(resolved(run))
 
 
 def local_out(out: str) -> Path:
     """--out on this machine; in a store, its local mirror with every run's tables and cells."""
     from crl.steps import store
 
-    return _local_copy(out, cells=True) if store.is_uri(out) else Path(out)
+    return _local_copy(out, cells=True) if store.is_uri(out) else Path(resolved(out))
 
 
 def _local_copy(uri: str, run: str | None = None, cells: bool = False) -> Path:

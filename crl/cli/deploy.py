@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail
+from crl.cli.app import app, example, fail
 from crl.core.errors import DeployError
 
 FlowArg = Annotated[str, typer.Argument(help="bound_grid or theorem_checks")]
@@ -41,7 +41,9 @@ def _default_name(name: str | None, config: str | None) -> str:
     return name or (Path(config).stem if config else "default")
 
 
-@app.command()
+@app.command(
+    epilog=example('crl deploy bound_grid --config conf/quickstart.yaml --cron "0 3 * * *"')
+)
 def deploy(
     flow: FlowArg = "bound_grid",
     config: ConfigOpt = None,
@@ -86,7 +88,7 @@ def deploy(
         typer.echo(f"crl: UI       {done.url}")
 
 
-@app.command()
+@app.command(epilog=example("crl serve bound_grid --config conf/quickstart.yaml"))
 def serve(
     flow: FlowArg = "bound_grid",
     config: ConfigOpt = None,
@@ -124,7 +126,11 @@ def serve(
         fail(str(err))
 
 
-@app.command()
+@app.command(
+    epilog=example(
+        "crl submit conf/quickstart.yaml --address http://HEAD:8265 --out /data/crl/runs --wait"
+    )
+)
 def submit(
     config: Annotated[str, typer.Argument(help="YAML config, e.g. conf/quickstart.yaml")],
     address: Annotated[str, typer.Option(help="the cluster's job API, e.g. http://HEAD:8265")],

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from crl.cli.app import app, fail, local_out, local_place, readable_parquet
+from crl.cli.app import app, example, fail, local_out, local_place, readable_parquet
+from crl.core.places import resolved
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -52,14 +53,14 @@ def _folders(run: str, out: str) -> list[Path]:
 
     path = local_place(run, out)
     if not path.exists():
-        path = Path(out) / run
+        path = Path(resolved(run, out))
     folders = run_folders(path)
     if not folders:
         fail(f"run {run}: no tables folder at {path / 'tables'} nor in any folder under {path}")
     return folders
 
 
-@app.command()
+@app.command(epilog=example("crl runs --format csv"))
 def runs(
     out: Out = "runs",
     fmt: Format = "table",
@@ -75,7 +76,9 @@ def runs(
     emit(catalogue(folder), fmt, output, rows)
 
 
-@app.command()
+@app.command(
+    epilog=example('crl query runs "select run_id, regime, avg(gap) from cells group by 1, 2"')
+)
 def query(
     run: Annotated[str, typer.Argument(help="run folder, run id under --out, or a folder of runs")],
     sql: Annotated[
@@ -100,7 +103,7 @@ def query(
     emit(frame, fmt, output, rows)
 
 
-@app.command()
+@app.command(epilog=example("crl diff runs/<run A> runs/<run B>"))
 def diff(
     run_a: Annotated[str, typer.Argument(help="the earlier run (folder or run id)")],
     run_b: Annotated[str, typer.Argument(help="the later run (folder or run id)")],

@@ -35,6 +35,7 @@ from crl.core.grid_config import GridConfig as GridConfig
 from crl.core.grid_config import objectives as objectives
 from crl.core.ladder_config import LadderConfig as LadderConfig
 from crl.core.overrides import parse_override, with_overrides
+from crl.core.places import PATH_FIELDS, resolved_fields
 from crl.core.strict import Strict as _Strict
 from crl.core.validation import validated
 
@@ -46,9 +47,13 @@ class _Run(_Strict):
     # one to the schema does not rename the folders of configs that do not use it
     _HASH_OMITS_NONE: tuple[str, ...] = ()
 
+    def _hashed_tree(self) -> dict:
+        """What the hash covers: the validated config (defaults filled in)."""
+        return self.model_dump(mode="json")
+
     def hash(self) -> str:
         """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
-        tree = self.model_dump(mode="json")
+        tree = self._hashed_tree()
         for path in self._HASH_OMITS_NONE:
             *parents, key = path.split(".")
             node = tree
@@ -180,6 +185,19 @@ class Config(_Run):
     # written in the YAML is replaced.
     inputs: dict[str, str] | None = None
 
+    def _hashed_tree(self) -> dict:
+        """The validated config less the places of the inputs it fingerprints: a run's identity
+        is what it reads, not where it read it from (crl.core.places)."""
+        tree = super()._hashed_tree()
+        for field in PATH_FIELDS if self.inputs else ():
+            *parents, key = field.split(".")
+            node = tree
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and key in node and field in self.inputs:
+                node.pop(key)
+        return tree
+
     @model_validator(mode="after")
     def _sections(self) -> Config:
         if (self.dataset is None) != (self.grid is None):
@@ -229,7 +247,7 @@ class Config(_Run):
                 f"encoder.pretrain.objective: {p.objective} needs position features (the dense "
                 "backbone); the small_cnn encoder pretrains with nt_xent"
             )
-        if "images" in p.model_fields_set:
+        if p.given("images"):
             raise ValueError(
                 "encoder.pretrain.images: the pretraining rows come from the dataset; give "
                 "encoder.pretrain.fraction (the share of its train rows pretraining takes)"
@@ -329,10 +347,12 @@ def overrides_naming_code(config: Config, overrides: list[str]) -> list[str]:
     ]
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read YAML at `path`, apply dotted `overrides`, validate, and fingerprint the inputs it
-    names (`Config.inputs`). Raises ConfigError (one line)."""
-    return with_inputs(validate(with_overrides(_read_yaml(path), list(overrides))))
+def load(path: str | Path, overrides: list[str] = (), base: str | Path | None = None) -> Config:
+    """Read YAML at `path`, apply dotted `overrides`, make the paths it names absolute (relative
+    to `base`, by default the working directory: crl.core.places), validate, and fingerprint the
+    inputs it names (`Config.inputs`). Raises ConfigError (one line)."""
+    tree = resolved_fields(with_overrides(_read_yaml(path), list(overrides)), base)
+    return with_inputs(validate(tree))
 
 
 def with_inputs(config: Config) -> Config:

@@ -205,6 +205,12 @@ class PretrainConfig(_Strict):
     use_gpu: Literal["auto"] | bool = "auto"
     seed: int = 0
 
+    def given(self, field: str) -> bool:
+        """Whether `field` was given a value other than its default (a config read back from a
+        run folder's config.json has every default written out, and means the same)."""
+        default = type(self).model_fields[field].default
+        return field in self.model_fields_set and getattr(self, field) != default
+
     @property
     def embedded(self) -> list[int]:
         """The epochs whose encoder is embedded (the cells' encoder_epoch axis), in order."""
@@ -239,9 +245,9 @@ class DenseConfig(_Strict):
         p = self.pretrain
         if p is None:
             return self
-        if isinstance(self.images, ShapesImages) and "fraction" in p.model_fields_set:
+        if isinstance(self.images, ShapesImages) and p.given("fraction"):
             raise ValueError("pretrain.fraction: shapes are generated; give pretrain.images")
-        if not isinstance(self.images, ShapesImages) and "images" in p.model_fields_set:
+        if not isinstance(self.images, ShapesImages) and p.given("images"):
             raise ValueError(
                 f"pretrain.images: {self.images.kind} images are a finite source; give "
                 "pretrain.fraction (the share of its rows pretraining takes from train)"

@@ -119,6 +119,7 @@ def flow_parameters(
             "out": portable_path(out),
             "ray_address": ray_address,
             "progress": False,
+            "workdir": portable_path(Path.cwd()),  # the config's relative data paths
         }
     try:
         crl_config.load_checks(config, crl_config.check_overrides(overrides, instances))

@@ -17,6 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from crl.core import config as crl_config
+from crl.core.places import resolved
 from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
@@ -134,9 +135,15 @@ def bound_grid(
     progress: bool = True,
     executor: str = "ray",
     recompute_stale: bool = False,
+    workdir: str | None = None,
 ) -> dict:
-    """Run (or resume) the (m, n) grid of a config; returns a summary of what happened."""
-    config = crl_config.load(config_path, overrides or [])
+    """Run (or resume) the (m, n) grid of a config; returns a summary of what happened.
+
+    `config_path` and `out` are read against this process's working directory (a deployment's
+    worker runs in the repository), the path fields of the config and its overrides against
+    `workdir` (default: the same), the folder a deployment was made from (crl.core.places)."""
+    config_path, out = resolved(config_path), resolved(out)
+    config = crl_config.load(config_path, overrides or [], base=workdir)
     deploy.check_code_overrides(config, overrides or [])  # before anything imports the module
     paths = prepare(config, out, local=is_local(ray_address))
     clock = _StageClock()
@@ -216,6 +223,9 @@ def theorem_checks(
     executor: str = "ray",
 ) -> dict:
     """Run (or resume) the statement checks; returns the per-statement summary and failures."""
+    out = resolved(out)
+    if config_path is not None:
+        config_path = resolved(config_path)
     config = crl_config.load_checks(
         config_path, crl_config.check_overrides(overrides or [], instances)
     )

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from crl.core import config as crl_config
+from crl.core import places
 from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import runtime
 from crl.steps import store
@@ -75,6 +78,15 @@ def job_entrypoint(out: str, overrides: list[str]) -> str:
         'printf "%s" "$CRL_CONFIG_YAML" > "$f" && '
         f'{" ".join(run)}; rc=$?; rm -f "$f"; exit $rc'
     )
+
+
+def shipped_config(path: str) -> str:
+    """The config file's text for the job: as it is, or, when it names a relative data path
+    (crl.core.places.PATH_FIELDS), as YAML with that path made absolute."""
+    text = Path(path).read_text()
+    tree = yaml.safe_load(text)
+    absolute = places.resolved_fields(tree)
+    return text if absolute == tree else yaml.safe_dump(absolute, sort_keys=False)
 
 
 def job_runtime_env(config_text: str, env: dict[str, str], pip: list[str]) -> dict[str, Any]:
@@ -146,8 +158,10 @@ def submit(
         cfg = crl_config.load(config, overrides)
     except ConfigError as err:
         raise DeployError(str(err)) from None
-    entrypoint = job_entrypoint(out, overrides)
-    runtime_env = job_runtime_env(Path(config).read_text(), env or {}, pip or [])
+    # the job reads the config on the cluster, in a working directory of its own: the data
+    # paths it names are made absolute here, where the user typed them (crl.core.places)
+    entrypoint = job_entrypoint(out, places.resolved_overrides(overrides))
+    runtime_env = job_runtime_env(shipped_config(config), env or {}, pip or [])
     client = _client(address)
     submission_id = f"crl-{cfg.run_id()}-{secrets.token_hex(3)}"
     try:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from crl.core.errors import ConfigError
+from crl.core.places import resolved
 
 MAX_FAILURES = 2
 
@@ -126,7 +127,7 @@ def fit_on_ray(
         ),
         run_config=RunConfig(
             name=name,
-            storage_path=str(storage),
+            storage_path=resolved(storage),  # Ray Train reads a URI: never a relative path
             failure_config=FailureConfig(max_failures=MAX_FAILURES),
         ),
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from crl import checks
 from crl.core.config import CheckConfig, Config, is_paired
 from crl.core.errors import ConfigError
+from crl.core.places import resolved
 from crl.kernels.encoders import square_side
 from crl.steps import data, store, user_data
 from crl.steps.atomic import write_bytes_atomic
@@ -129,7 +130,7 @@ def writable(out: str | Path) -> Path:
     (crl.steps.store), its local mirror, after proving an object can be written there."""
     if store.is_uri(out):
         return store.open_store(out)
-    out = Path(out)
+    out = Path(resolved(out))  # absolute: Ray's workers and Ray Train read it (crl.core.places)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".crl-write-probe-{os.getpid()}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from crl.core.errors import ConfigError
+from crl.core.places import is_uri as is_uri
 
 ENV = "CRL_STORE"
 CACHE_ENV = "CRL_CACHE_DIR"  # shared with the input fingerprints' cache (crl.core.fingerprints)
@@ -44,7 +44,6 @@ CHUNK = 8 << 20
 # what the reading commands never need: data, features, pretraining; and cells but for `crl runs`
 HEAVY = frozenset({"data", "features", "pretrain", "dense"})
 CELLS = "cells"
-_URI = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
 def _process_umask() -> int:
@@ -55,11 +54,6 @@ def _process_umask() -> int:
 
 # read once, at import: os.umask can only be read by setting it
 UMASK = _process_umask()
-
-
-def is_uri(out: str | Path) -> bool:
-    """Whether `out` names a store (scheme://...) rather than a local folder."""
-    return isinstance(out, str) and bool(_URI.match(out))
 
 
 @dataclass(frozen=True)

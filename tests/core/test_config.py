@@ -202,3 +202,25 @@ def test_oracle_anchors_need_a_known_law() -> None:
         config.load(LI2026, ["eval.oracle_anchors=1000"])
     with pytest.raises(config.ConfigError, match="eval.oracle_anchors"):
         config.load(QUICKSTART, ["eval.oracle_anchors=1"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "conf").glob("*.yaml")))
+def test_a_run_folders_config_json_reads_back_as_the_same_config(name: str) -> None:
+    """config.json holds the validated config with every default written out; reading it back
+    (crl runs, crl query) must give the same config, pretraining sections included."""
+    if name == "checks.yaml":
+        loaded = config.load_checks(REPO / "conf" / name)
+        again = config.CheckConfig.model_validate(loaded.model_dump(mode="json"))
+    else:
+        loaded = config.load(REPO / "conf" / name)
+        again = config.validate(loaded.model_dump(mode="json"))
+    assert again == loaded and again.hash() == loaded.hash()
+
+
+def test_a_pretraining_field_of_the_other_source_is_refused_only_when_it_means_something() -> None:
+    quick = config.load(REPO / "conf" / "quickstart.yaml")
+    assert quick.dense is not None and quick.dense.pretrain is not None  # shapes: images
+    with pytest.raises(config.ConfigError, match="pretrain.fraction: shapes are generated"):
+        config.load(REPO / "conf" / "quickstart.yaml", ["dense.pretrain.fraction=0.5"])
+    same = config.load(REPO / "conf" / "quickstart.yaml", ["dense.pretrain.fraction=0.3"])
+    assert same.hash() == quick.hash()  # the default written out means the default

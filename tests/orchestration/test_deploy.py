@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from crl.core import config as crl_config
+from crl.core import places
 from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import deploy, submit
 from tests import services
@@ -59,7 +60,10 @@ def cells_of(runs: Path) -> pl.DataFrame:
 # --- fast checks of input handling (no services) -------------------------------------------
 
 
-def test_parameters_are_checked_and_portable(tmp_path: Path) -> None:
+def test_parameters_are_checked_and_portable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
     params = deploy.flow_parameters(
         "bound_grid", str(REPO / "conf" / "quickstart.yaml"), ["grid.m=[1]"], "runs", None, None
     )
@@ -69,6 +73,7 @@ def test_parameters_are_checked_and_portable(tmp_path: Path) -> None:
         "out": "runs",
         "ray_address": None,
         "progress": False,
+        "workdir": ".",
     }
     outside = deploy.flow_parameters("theorem_checks", None, [], str(tmp_path / "o"), "auto", 3)
     assert outside["out"] == str(tmp_path / "o") and outside["instances"] == 3
@@ -80,6 +85,12 @@ def test_parameters_are_checked_and_portable(tmp_path: Path) -> None:
         )
     with pytest.raises(DeployError, match="instances"):
         deploy.flow_parameters("theorem_checks", None, ["instances=0"], "runs", None, None)
+    monkeypatch.chdir(tmp_path)  # made elsewhere: the config's data paths are read there
+    made_elsewhere = deploy.flow_parameters(
+        "bound_grid", str(REPO / "conf" / "quickstart.yaml"), [], "runs", None, None
+    )
+    assert made_elsewhere["workdir"] == str(tmp_path.resolve())
+    assert made_elsewhere["out"] == str(tmp_path.resolve() / "runs")
 
 
 def test_job_entrypoint_quotes_and_ships_the_config() -> None:
@@ -445,3 +456,22 @@ def test_submit_to_a_two_node_cluster(ray_cluster: dict, tmp_path: Path) -> None
     assert "SUCCEEDED" in done.stdout and "crl: 2 cells" in done.stdout
     cells = cells_of(runs)
     assert cells.height == 2 and sorted(cells["n"]) == [20, 40]
+
+
+def test_a_submitted_config_names_its_data_where_the_user_typed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("name: x  # kept as written\n")
+    assert submit.shipped_config(str(plain)) == plain.read_text()
+    named = tmp_path / "named.yaml"
+    named.write_text("name: x\ndataset: {kind: parquet, path: data/x.parquet}\n")
+    tree = yaml.safe_load(submit.shipped_config("named.yaml"))
+    assert tree["dataset"]["path"] == str(tmp_path / "data" / "x.parquet")
+    assert places.resolved_overrides(["dense.images.path=img", "grid.m=[1]", "x.path=s"]) == [
+        f"dense.images.path={tmp_path / 'img'}",
+        "grid.m=[1]",
+        "x.path=s",
+    ]
+    assert places.resolved_overrides(["dataset.path=s3://b/x"]) == ["dataset.path=s3://b/x"]
