@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum |
 TORCH_INDEX ?=
 PIP := $(VENV)/bin/python -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
-.PHONY: setup quickstart test test-fast lint bench
+.PHONY: setup quickstart test test-fast lint bench docs
 
 setup: $(STAMP)
 
@@ -41,3 +41,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/crl bench kernels
+
+# docs/tables.md's column reference, from crl/steps/columns.json (a test fails when stale)
+docs: $(STAMP)
+	$(VENV)/bin/crl docs tables

@@ -1,4 +1,5 @@
-"""Theorem checks: every statement of THEORY.md on generated instances where both sides are known.
+"""Theorem checks: every statement of docs/theory/statements.md on generated instances where both
+sides are known.
 
 The kernel side of `crl check`. A check is a pure function `(seed, instance, constants) -> rows`
 registered in `STATEMENTS` by `@statement(name, instances=...)`; the flow fans `run_instance`
@@ -32,7 +33,7 @@ Cost: the default instances (`DEFAULT_INSTANCES`, 3110 rows) take ~35 s serially
 torch thread. Run workers with torch.set_num_threads(1): the tensors are small, and two threads
 on two shared cores were ~1.7x slower in wall time and ~3x in CPU time.
 
-Statements (THEORY.md numbering), their modules and instances:
+Statements (docs/theory/statements.md numbering), their modules and instances:
     S1_*            loss_facts: loss facts for hinge and logistic on a random R in [0.05, 10]
                     (log-uniform) and t in [-2R^2 - 1, 2R^2 + 1]: convex (Jensen on random
                     (x, y, lambda)), monotone and L0-Lipschitz (differences on a 20001-point

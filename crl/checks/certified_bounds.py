@@ -1,4 +1,4 @@
-"""The certified bounds of BOUNDS.md checked where both sides are computable exactly.
+"""The certified bounds of docs/theory/bounds.md checked where both sides are computable exactly.
 
 Both statements use a random discrete latent-class law on P = C S feature points phi with
 ||phi|| <= 1: a class c ~ rho, anchor and positive iid from the class's points, each negative an
@@ -73,9 +73,9 @@ def _exact_risk(
 
 @statement("BOUNDS_gamma_S_coverage", instances=24)
 def _gamma_s_coverage(seed: int, instance: int, constants: Constants) -> list[Row]:
-    """Coverage of gamma_S (BOUNDS.md Thm 3.4): P_S[sup_f |L_m(f) - Lhat(f)| <= gamma_scale
-    gamma_S(S, delta)] >= 1 - delta, over F = 6 maps W_k with ||W_k||_F = R (a subset of the
-    ball, so the sup over F is below the sup the theorem bounds). L_m exact by enumeration;
+    """Coverage of gamma_S (docs/theory/bounds.md Thm 3.4): P_S[sup_f |L_m(f) - Lhat(f)| <=
+    gamma_scale gamma_S(S, delta)] >= 1 - delta, over F = 6 maps W_k with ||W_k||_F = R (a subset
+    of the ball, so the sup over F is below the sup the theorem bounds). L_m exact by enumeration;
     100 independent samples of n = 30 tuples; one row per instance, losses and m in {1, 2}
     cycling. Row: lhs = 1 - delta, rhs = coverage, ci = Wilson upper bound minus coverage."""
     name = "BOUNDS_gamma_S_coverage"

@@ -1,4 +1,5 @@
-"""S2: the vector contraction inequality with the constant sqrt(3) (THEORY.md S2), exactly."""
+"""S2: the vector contraction inequality with the constant sqrt(3), exactly
+(docs/theory/statements.md S2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""S7: coverage of the generalization gap Gamma_M(S, delta) (THEORY.md S7, seed theorem)."""
+"""S7: coverage of the generalization gap Gamma_M(S, delta) (docs/theory/statements.md S7, the
+seed theorem)."""
 
 from __future__ import annotations
 

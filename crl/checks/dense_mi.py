@@ -1,4 +1,5 @@
-"""Dense contrastive learning: the InfoNCE mutual-information bound (THEORY.md C, seed 002)."""
+"""Dense contrastive learning: the InfoNCE mutual-information bound
+(docs/theory/statements.md C)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""S3-S5: identities of the latent-class model (THEORY.md S3, S4, S5; Saunshi et al. 2019).
+"""S3-S5: identities of the latent-class model (docs/theory/statements.md S3, S4, S5;
+Saunshi et al. 2019).
 
 Lemma 4.3 (L_sup^mu <= L_un^!=), the decomposition L_un = tau L_un^= + (1 - tau) L_un^!= and
 the collision bounds 1 <= L_un^= <= 1 + c0 s(f), on the population quantities of

@@ -1,4 +1,5 @@
-"""S6: Lemma 5.1 of Saunshi et al. (hinge) on bounded sub-Gaussian class laws (THEORY.md S6)."""
+"""S6: Lemma 5.1 of Saunshi et al. (hinge) on bounded sub-Gaussian class laws
+(docs/theory/statements.md S6)."""
 
 from __future__ import annotations
 

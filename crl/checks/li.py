@@ -1,5 +1,5 @@
-"""Li et al. 2026 on the two-modality Gaussian (THEORY.md B): Fisher consistency of the optimal
-score and the calibration inequality of Thm 3.4, with common random numbers."""
+"""Li et al. 2026 on the two-modality Gaussian (docs/theory/statements.md B): Fisher consistency
+of the optimal score and the calibration inequality of Thm 3.4, with common random numbers."""
 
 from __future__ import annotations
 

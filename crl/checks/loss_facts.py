@@ -1,4 +1,5 @@
-"""S1: facts about the hinge and logistic losses of `crl.kernels.losses` (THEORY.md S1).
+"""S1: facts about the hinge and logistic losses of `crl.kernels.losses`
+(docs/theory/statements.md S1).
 
 Convexity, monotonicity, the common Lipschitz constant L0, l(0) = 1 and the oscillation
 0 < B_{l,R} <= 4 L0 R^2, each checked on the loss kernels themselves.

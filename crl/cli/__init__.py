@@ -270,4 +270,5 @@ def main() -> None:
 
 
 from crl.cli import deploy as _deploy_commands  # noqa: E402,F401  (registers deploy/serve/submit)
+from crl.cli import docs as _docs_commands  # noqa: E402,F401  (registers docs tables)
 from crl.cli import runs as _runs_commands  # noqa: E402,F401  (registers runs/query/diff)

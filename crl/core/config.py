@@ -115,10 +115,11 @@ GRID_METRICS: dict[str, tuple[str, ...]] = {
 
 
 class MStarConfig(_Strict):
-    """The critical number of negatives m*(n) (MSTAR-DESIGN.md section 3): per n, the smallest m
-    after which the seed-mean metric (lower is better) stays within (1 + delta) of its plateau
-    (the mean over the two largest m), with a bootstrap over seeds; the exponent of m* ~ n^a by
-    log-log least squares refitted in every replicate; a sensitivity row per `deltas` entry.
+    """The critical number of negatives m*(n) (docs/theory/m-star.md section 3): per n, the
+    smallest m after which the seed-mean metric (lower is better) stays within (1 + delta) of its
+    plateau (the mean over the two largest m), with a bootstrap over seeds; the exponent of
+    m* ~ n^a by log-log least squares refitted in every replicate; a sensitivity row per `deltas`
+    entry.
     `metrics` None: excess_auc for paired_gaussian data, auc_error (1 - retrieval AUC) else."""
 
     metrics: list[MStarMetric] | None = Field(None, min_length=1)

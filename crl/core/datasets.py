@@ -53,7 +53,7 @@ class ParquetData(_Strict):
 
 
 class PairedGaussianData(_Strict):
-    """Li et al.'s paired two-modality Gaussian in canonical form (MSTAR-DESIGN.md):
+    """Li et al.'s paired two-modality Gaussian in canonical form (docs/theory/m-star.md):
     x ~ N(0, I_p), y = V (rho * U^T x + sqrt(1 - rho^2) eps), with Haar-random U, V when
     `rotate`. Its Bayes score, population LSE risk and L* are exact; cells draw fresh pairs and
     score every fitted model on one seeded set of `eval_triples` (x, y, y') triples."""

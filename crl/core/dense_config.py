@@ -1,4 +1,5 @@
-"""The `dense:` section of a `crl run` config: dense contrastive cells (BOUNDS-DENSE.md).
+"""The `dense:` section of a `crl run` config: dense contrastive cells
+(docs/theory/dense-bounds.md).
 
 Images with two augmented views each (random resized crops and flips, boxes recorded), a frozen
 convolutional backbone giving an H x W grid of position features per view, and cells over the
@@ -97,7 +98,7 @@ class BackboneConfig(_Strict):
     """The frozen backbone: a seeded random conv net ("random_conv": `layers` 3x3 conv + ReLU
     layers of `channels`, the first `downsample` of them with stride 2), or a user network
     ("module": `module` = "package.module:Class", a subclass of torch.nn.Module checked before it
-    is called, built with `module_kwargs`; no weights are downloaded; the README's trust model
+    is called, built with `module_kwargs`; no weights are downloaded; docs/cluster.md's trust model
     says who may name one). Its feature map is average-pooled to a `grid` x `grid` grid; each
     position feature is centred on the train mean, then put in the unit ball (D1) by `normalise`:
     "scale" divides every feature by the largest norm over the run (norms keep their spread),

@@ -1,9 +1,9 @@
-"""Closed-form bound terms (THEORY.md sections A and B).
+"""Closed-form bound terms (docs/theory/statements.md sections A and B).
 
-Section A (Saunshi et al. 2019, seeds/000): loss oscillation B_{l,R}, the generalization gap
+Section A (Saunshi et al. 2019): loss oscillation B_{l,R}, the generalization gap
 Gamma_M(S, delta), Lemma 5.1's gamma, the class-collision term s(f) and the transfer to the mean
-classifier. Section B (Li et al. 2026, seeds/001): the calibration inequality. Rate fits and
-m*(n) live in crl.kernels.rates.
+classifier. Section B (Li et al. 2026): the calibration inequality. Rate fits and m*(n) live in
+crl.kernels.rates.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ c0 = math.sqrt(2.0) * L0  # collision constant of Saunshi et al. Lemma 4.4
 
 @dataclass(frozen=True)
 class Gamma:
-    """Gamma_M(S, delta) = rademacher_term + concentration_term (THEORY.md A, seed theorem)."""
+    """Gamma_M(S, delta) = rademacher_term + concentration_term (docs/theory/statements.md A,
+    the seed theorem)."""
 
     value: float
     rademacher_term: float
@@ -101,7 +102,8 @@ def collision_term(op_norms: torch.Tensor, mean_norms: torch.Tensor, nu: torch.T
 
 
 def collision_upper(s: float, constant: float = c0) -> float:
-    """Upper bound 1 + c0 s(f) on L_un^=(f) (Saunshi et al. Lemma 4.4; THEORY.md S5).
+    """Upper bound 1 + c0 s(f) on L_un^=(f) (Saunshi et al. Lemma 4.4; docs/theory/statements.md
+    S5).
 
     `constant` is c0 unless a check substitutes a wrong one to show that it can fail.
     """

@@ -1,4 +1,5 @@
-"""Certified generalization bounds for the linear class in every (m, n) cell (BOUNDS.md).
+"""Certified generalization bounds for the linear class in every (m, n) cell
+(docs/theory/bounds.md).
 
 The class is F_R = {x -> W phi(x) : ||W||_F <= R} with ||phi(x)|| <= 1 for every x (A1-A2); a
 tuple is (x, y, y'_1..y'_m) with scores t_0 = s(x, y), t_j = s(x, y'_j), v_j = t_j - t_0, and
@@ -56,7 +57,8 @@ MAURER = math.sqrt(2.0)  # Maurer 2016 (T2b)
 
 @dataclass(frozen=True)
 class SampleStats:
-    """The data-dependent ingredients of the bounds (BOUNDS.md section 3, per-cell recipe).
+    """The data-dependent ingredients of the bounds (docs/theory/bounds.md section 3, per-cell
+    recipe).
 
     S_pairs = sum_i ||phi(x_i)||^2 + ||phi(y_i)||^2, S_neg = sum_ij ||phi(y'_ij)||^2 (shared
     negatives counted once per anchor), S2 = S_pairs + S_neg; v_A, v_0, v_N the largest
@@ -328,7 +330,7 @@ def sscrl_inner(constants: LossConstants, delta: float) -> float | None:
 
 @torch.no_grad()
 def lse_inner_estimate(pool_scores: torch.Tensor, m: int, temperature: float) -> float:
-    """ESTIMATE (not a bound) of L(f) - L_m(f) by the delta method (BOUNDS.md 5.4):
+    """ESTIMATE (not a bound) of L(f) - L_m(f) by the delta method (docs/theory/bounds.md 5.4):
     (T / 2m) mean_x Var_k(e^{s(x, y'_k)/T}) / Mean_k(e^{s(x, y'_k)/T})^2 over a pool of negatives.
 
     The positive score cancels. Shape: pool_scores (N, K), the scores s(x, y'_k) of N anchors

@@ -1,8 +1,8 @@
 """Certified bounds for the paired score model s(x, y) = <theta, psi(x, y)>, theta = (M, B) with
-||theta||_F <= R and psi(x, y) = (x y^T, -y y^T): BOUNDS.md's arguments carried over to a class
-that is linear in its parameters.
+||theta||_F <= R and psi(x, y) = (x y^T, -y y^T): the arguments of docs/theory/bounds.md carried
+over to a class that is linear in its parameters.
 
-What carries over, and how (BOUNDS.md section numbers):
+What carries over, and how (docs/theory/bounds.md section numbers):
 - (A1) becomes ||x|| <= 1 and ||y|| <= 1 on the support (crl scales both modalities into the unit
   ball), so ||psi(x, y)||_F = sqrt(||x||^2 ||y||^2 + ||y||^4) <= sqrt 2 and |s| <= S := sqrt(2) R.
   Every Table 1 constant depends on the class only through the score range [-S, S] (there

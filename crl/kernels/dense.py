@@ -1,4 +1,4 @@
-"""Dense contrastive learning (THEORY C; Wang et al. CVPR 2021, DenseCL; source seeds/002_*).
+"""Dense contrastive learning (docs/theory/statements.md C; Wang et al. CVPR 2021, DenseCL).
 
 Dense InfoNCE over corresponding grid positions of two views, its mutual-information lower bound,
 and geometric and feature-argmax correspondences. Kernels are pure functions of tensors on the
@@ -143,7 +143,7 @@ def dense_info_nce(
     reduction: str = "mean",
     path: str = "auto",
 ) -> torch.Tensor:
-    """Dense InfoNCE (THEORY C, seed 002 eq. of Sec. 4.1).
+    """Dense InfoNCE (docs/theory/statements.md C, L_local and L_dense).
 
     For a pair (b, k1, k2) with anchor a = v1[b, k1] and positive p = v2[b, k2]:
     L_local = -log( e^{<a,p>/T} / (e^{<a,p>/T} + sum_{u in M-} e^{<a,u>/T}) ), where the negatives
@@ -250,7 +250,9 @@ def dense_contrast_size(
 
 
 def mi_lower_bound(local_loss: torch.Tensor, contrast_size: int | torch.Tensor) -> torch.Tensor:
-    """InfoNCE bound on local mutual information: I(V1_m; V2_n) >= log N - L_local (seed 002 5.2).
+    """InfoNCE bound on local mutual information: I(V1_m; V2_n) >= log N - L_local
+    (docs/theory/statements.md C: in expectation over the pair and its negatives, drawn i.i.d. from
+    the marginal).
 
     Shape: local_loss (*), contrast_size int or tensor broadcastable to (*) with N >= 1 -> (*).
     """
@@ -291,7 +293,8 @@ def geometric_correspondence(
     flip1: bool = False,
     flip2: bool = False,
 ) -> torch.Tensor:
-    """Correspondence Pi from crop geometry (THEORY C): pairs (k1, k2) of flattened grid cells.
+    """Correspondence Pi from crop geometry (docs/theory/statements.md C): pairs (k1, k2) of
+    flattened grid cells.
 
     A crop with box (x0, y0, x1, y1) in original-image coordinates and grid (H, W) splits its box
     into H x W cells; the cell at image row r, image column j covers the half-open rectangle

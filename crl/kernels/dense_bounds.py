@@ -1,13 +1,15 @@
-"""Certified bounds for dense contrastive learning with a frozen backbone (BOUNDS-DENSE.md).
+"""Certified bounds for dense contrastive learning with a frozen backbone
+(docs/theory/dense-bounds.md).
 
 A cell has n images (the unit, Prop. D0); image i has query features phi1 (K1, p), key features
 phi2 (K2, p), m external negatives xi (m, p), all of norm <= 1 (D1), and a correspondence Pi of
 pairs (a, b). The loss is h = sum_{(a,b)} w_ab psi_ab, w_ab = 1 / (|A| |P(a)|), psi_ab =
 log(1 + sum_{u in N(a)} e^{(s_au - s_ab)/T}) (D4: DenseCL's head, no factor T). Negatives N(a):
 regime "own" = the keys of view 2 that are not positives of a, plus the m external vectors;
-"ext" (DenseCL) = the m external vectors only. Constants are BOUNDS.md's Table 1 for InfoNCE
-with m -> N (crl.kernels.loss_constants); contraction constants are crl.kernels.certified's:
-c_V = sqrt(3) in V and Vw, Maurer's sqrt(2) in B2, as BOUNDS-DENSE.md's numbers use them.
+"ext" (DenseCL) = the m external vectors only. Constants are Table 1 of docs/theory/bounds.md
+for InfoNCE with m -> N (crl.kernels.loss_constants); contraction constants are
+crl.kernels.certified's: c_V = sqrt(3) in V and Vw, Maurer's sqrt(2) in B2, as the numbers of
+docs/theory/dense-bounds.md use them.
 
 - `gamma_dense_V`, `gamma_dense_S`: Thm D4 (S-form, data-dependent) from `DenseStats`.
 - `gamma_dense_E`: Thm D5 (E-form, data-free, regularity (R), one positive per position).

@@ -1,5 +1,5 @@
-"""The per-image dense loss h of BOUNDS-DENSE.md (D4) with a linear head, and DenseCL's combined
-objective.
+"""The per-image dense loss h of docs/theory/dense-bounds.md (D4) with a linear head, and
+DenseCL's combined objective.
 
 An image has K1 query positions (view 1) and K2 key positions (view 2), a one-to-one-or-less
 correspondence match (a -> b, or -1 for no positive), and m external negatives, its own (regime

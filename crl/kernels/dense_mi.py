@@ -1,7 +1,7 @@
-"""Prop. D9 of BOUNDS-DENSE.md: a held-out lower confidence bound on the mutual information
-I(U; V) from the dense InfoNCE loss, valid only when the negatives counted in N = 1 + m are
-external and drawn i.i.d. from the positive's marginal; the sampling that makes it valid is
-recorded beside it, and it never exceeds log(1 + m).
+"""Prop. D9 of docs/theory/dense-bounds.md: a held-out lower confidence bound on the mutual
+information I(U; V) from the dense InfoNCE loss, valid only when the negatives counted in
+N = 1 + m are external and drawn i.i.d. from the positive's marginal; the sampling that makes it
+valid is recorded beside it, and it never exceeds log(1 + m).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def mi_lcb(
     negatives: the law of the m counted negatives. "marginal": i.i.d. from the positive's marginal
     p_V, independent of the pair -> a bound on I. "pooled" (DenseCL's queue of pooled embeddings)
     or any other law q -> labelled: it bounds I + KL(p_V||q), not I. "in_image": refused, since
-    counting dependent negatives in N can overshoot I (BOUNDS-DENSE 6, rule 1).
+    counting dependent negatives in N can overshoot I (docs/theory/dense-bounds.md section 6,
+    rule 1).
     method: "hoeffding" (margin B sqrt(ln(1/delta)/(2n))) or "bernstein" (Maurer-Pontil, Thm 4).
     The range B is Lemma D3's at N = m + in_image. Shape: losses (n_test,).
     """

@@ -1,7 +1,7 @@
-"""The shared queue of BOUNDS-DENSE.md section 5: every image contrasts against one queue Y of
-m negatives, so the gap splits into an outer error given Y (Thm D6: the D4/D5 bounds at delta/2
-with the queue repeated in every image) and an inner error of sharing Y (Thm D7 at delta/2);
-Corollary D7.1 adds them; Prop. D8 shows the inner error cannot be certified smaller.
+"""The shared queue of docs/theory/dense-bounds.md section 5: every image contrasts against one
+queue Y of m negatives, so the gap splits into an outer error given Y (Thm D6: the D4/D5 bounds
+at delta/2 with the queue repeated in every image) and an inner error of sharing Y (Thm D7 at
+delta/2); Corollary D7.1 adds them; Prop. D8 shows the inner error cannot be certified smaller.
 """
 
 from __future__ import annotations

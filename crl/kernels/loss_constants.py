@@ -1,4 +1,5 @@
-"""Table 1 of BOUNDS.md: the per-loss constants of the certified bounds (crl.kernels.certified).
+"""Table 1 of docs/theory/bounds.md: the per-loss constants of the certified bounds
+(crl.kernels.certified).
 
 For the losses of (A4) in crl's conventions and a = 2R^2: the loss's lower end psi_lo and range B
 on the class (Lemma 1.1), its l_inf Lipschitz constant L and omega >= sup ||grad psi||_2^2
@@ -23,7 +24,7 @@ LOSSES = ("hinge", "logistic", "lse", "info_nce")
 
 @dataclass(frozen=True)
 class LossConstants:
-    """Table 1 of BOUNDS.md for one (loss, m, R, T), a = 2R^2.
+    """Table 1 of docs/theory/bounds.md for one (loss, m, R, T), a = 2R^2.
 
     psi_lo, B: the loss lies in [psi_lo, psi_lo + B] on the class (Lemma 1.1); L: the l_inf
     Lipschitz constant sup ||grad psi||_1; L_seed: the constant of the seed-compatible column
@@ -56,7 +57,7 @@ def _log1p_m_exp(m: int, a: float) -> float:
 
 
 def loss_constants(loss: str, m: int, R: float, temperature: float) -> LossConstants:
-    """The per-loss constants of Table 1 (BOUNDS.md section 1)."""
+    """The per-loss constants of Table 1 (docs/theory/bounds.md section 1)."""
     _validate.choice("loss", loss, LOSSES)
     m = _validate.at_least("m", m, 1)
     R = _validate.positive("R", R)

@@ -1,4 +1,5 @@
-"""Contrastive loss kernels: Saunshi et al. 2019 (THEORY A), Li et al. 2026 (THEORY B), NT-Xent.
+"""Contrastive loss kernels: Saunshi et al. 2019 (docs/theory/statements.md A), Li et al. 2026
+(docs/theory/statements.md B), NT-Xent.
 
 Every kernel is a pure function of torch tensors; it runs on the device of its inputs and is
 differentiable. Exponentials are only taken inside log-sum-exps, so float32 inputs with
@@ -105,7 +106,7 @@ def _pos_neg(pos: object, neg: object) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def hinge(t: torch.Tensor) -> torch.Tensor:
-    """Hinge loss l_h(t) = max(1 + t, 0), elementwise (THEORY A).
+    """Hinge loss l_h(t) = max(1 + t, 0), elementwise (docs/theory/statements.md A).
 
     Shape: t (*) -> (*).
     """
@@ -113,7 +114,8 @@ def hinge(t: torch.Tensor) -> torch.Tensor:
 
 
 def logistic(t: torch.Tensor) -> torch.Tensor:
-    """Logistic loss l_log(t) = log2(1 + e^t) = logaddexp(t, 0) / ln 2, elementwise (THEORY A).
+    """Logistic loss l_log(t) = log2(1 + e^t) = logaddexp(t, 0) / ln 2, elementwise
+    (docs/theory/statements.md A).
 
     `logaddexp` is exact at every t (torch's softplus switches to t above t = 20, an error of
     e^-20) and its gradient is sigmoid(t).
@@ -125,12 +127,12 @@ def logistic(t: torch.Tensor) -> torch.Tensor:
 
 
 def binary(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The one-negative loss called `name`: `hinge` or `logistic` (THEORY A)."""
+    """The one-negative loss called `name`: `hinge` or `logistic` (docs/theory/statements.md A)."""
     return {"hinge": hinge, "logistic": logistic}[_validate.choice("loss", name, BINARY_LOSSES)]
 
 
 def triplet_score(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> torch.Tensor:
-    """Saunshi score q_f(x, x+, x-) = f(x)^T (f(x-) - f(x+)) (THEORY A).
+    """Saunshi score q_f(x, x+, x-) = f(x)^T (f(x-) - f(x+)) (docs/theory/statements.md A).
 
     Shape: fx (n, d), fpos (n, d), fneg (n, d) -> (n,).
     """
@@ -143,7 +145,8 @@ def triplet_score(fx: torch.Tensor, fpos: torch.Tensor, fneg: torch.Tensor) -> t
 
 
 def one_negative(q: torch.Tensor, loss: str = "hinge") -> torch.Tensor:
-    """Per-triplet loss l(q) for the one-negative score q (THEORY A), l = hinge or logistic.
+    """Per-triplet loss l(q) for the one-negative score q, l = hinge or logistic
+    (docs/theory/statements.md A).
 
     Shape: q (n,) -> (n,).
     """
@@ -253,7 +256,7 @@ def lse_risk(
     reduction: str = "mean",
     path: str = "auto",
 ) -> torch.Tensor:
-    """Li et al. empirical LSE risk (THEORY B), SCRL and SSCRL alike.
+    """Li et al. empirical LSE risk (docs/theory/statements.md B), SCRL and SSCRL alike.
 
     Per anchor: T log( (1/m) sum_j exp((neg_ij - pos_i) / T) ), i.e. T (logsumexp_j(D_ij / T)
     - log m) with D_ij = Delta(x_i, y_i, y'_ij) = neg_ij - pos_i. The positive is NOT in the
@@ -281,7 +284,8 @@ def info_nce(
     reduction: str = "mean",
     path: str = "auto",
 ) -> torch.Tensor:
-    """InfoNCE: per anchor log(1 + sum_j exp((neg_ij - pos_i) / T)) (THEORY B, C).
+    """InfoNCE: per anchor log(1 + sum_j exp((neg_ij - pos_i) / T)) (docs/theory/statements.md
+    sections B and C).
 
     Equals -log( e^{pos/T} / (e^{pos/T} + sum_j e^{neg_j/T}) ): the positive is in the
     denominator and there is no T factor outside.

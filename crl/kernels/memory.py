@@ -1,5 +1,5 @@
 """The stateful side of dense contrastive learning: a FIFO feature queue (MoCo / DenseCL) and the
-momentum (EMA) update of a target encoder (THEORY C; Wang et al. CVPR 2021, seeds/002_*).
+momentum (EMA) update of a target encoder (docs/theory/statements.md C; Wang et al. CVPR 2021).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Downstream metrics: mean classifier, linear probe, retrieval AUC, calibration gap.
 
-Mean classifier and average binary task: Saunshi et al. 2019 (THEORY.md section A).
-Retrieval AUC and the calibration inequality: Li et al. 2026 (THEORY.md section B).
+Mean classifier and average binary task: Saunshi et al. 2019 (docs/theory/statements.md section
+A). Retrieval AUC and the calibration inequality: Li et al. 2026 (docs/theory/statements.md
+section B).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The critical number of negatives m*(n), its bootstrap interval and the law m* ~ coef * n^a.
 
-MSTAR-DESIGN.md section 3, the "np" rule, on a lower-is-better curve (excess AUC, 1 - accuracy)
-measured per seed at grid values m_1 < ... < m_K:
+docs/theory/m-star.md section 3, the "np" rule, on a lower-is-better curve (excess AUC,
+1 - accuracy) measured per seed at grid values m_1 < ... < m_K:
     plateau   = mean of the curve at the `plateau_points` largest m
     threshold = plateau + delta * |plateau|        (= (1 + delta) * plateau when plateau > 0)
     m*        = the smallest m after which the curve stays <= threshold, log-linear interpolation
@@ -119,7 +119,8 @@ def _critical_rows(
 
 
 def critical_m(m_values: object, curve: object, delta: float, plateau_points: int = 2) -> float:
-    """m* of one lower-is-better curve by the np rule (module docstring, MSTAR-DESIGN.md section 3).
+    """m* of one lower-is-better curve by the np rule (module docstring, docs/theory/m-star.md
+    section 3).
 
     With k the last index where curve[k] > threshold, m* is where the line through
     (log m_k, curve[k]) and (log m_{k+1}, curve[k+1]) meets the threshold; m_values[0] when no
@@ -235,7 +236,8 @@ def m_star_law(
     seed: int = 0,
     plateau_points: int = 2,
 ) -> MStarLaw:
-    """critical_m_ci for every n and the exponent a of m* ~ coef * n^a (MSTAR-DESIGN.md sec. 3).
+    """critical_m_ci for every n and the exponent a of m* ~ coef * n^a (docs/theory/m-star.md
+    section 3).
 
     Each n has its own grid and seeds, resampled independently within a replicate (different n
     are independent experiments), all from one Generator: per_n[0] equals critical_m_ci with the

@@ -2,10 +2,10 @@
 
 The normalisation ("scale") is phi(x) = (x - mean) / max(scale, ||x - mean||) (times 1 - 1e-6):
 centred on the train mean, scaled by the largest norm on the two splits, and clipped radially,
-so that ||phi(x)|| <= 1 holds for every x (BOUNDS.md (A1)), not only for the rows of the splits,
-where the clip changes nothing. A cell of the "unit" normalisation projects those features onto
-the unit sphere (`on_unit_sphere`): phi(x) / ||phi(x)|| (times 1 - 1e-6; the centre stays 0),
-the same as centring and then projecting, since the scale does not change a direction.
+so that ||phi(x)|| <= 1 holds for every x (docs/theory/bounds.md (A1)), not only for the rows of
+the splits, where the clip changes nothing. A cell of the "unit" normalisation projects those
+features onto the unit sphere (`on_unit_sphere`): phi(x) / ||phi(x)|| (times 1 - 1e-6; the centre
+stays 0), the same as centring and then projecting, since the scale does not change a direction.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_registry_and_default_counts() -> None:
         "CERT_monte_carlo": 12,
         "CERT_pac_bayes": 6,
     }
-    # one decorator fills both dicts, in THEORY.md order
+    # one decorator fills both dicts, in docs/theory/statements.md order
     assert list(checks.STATEMENTS) == list(expected)
     assert list(checks.DEFAULT_INSTANCES.items()) == list(expected.items())
 

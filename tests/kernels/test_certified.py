@@ -1,5 +1,5 @@
-"""crl.kernels.certified against BOUNDS.md's formulas written out here in float64, naive loops,
-Monte Carlo, exhaustive search and the seed's Gamma_M."""
+"""crl.kernels.certified against docs/theory/bounds.md's formulas written out here in float64,
+naive loops, Monte Carlo, exhaustive search and the seed's Gamma_M."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ LN2 = math.log(2.0)
 
 
 def _loss(loss: str, v: torch.Tensor, T: float) -> torch.Tensor:
-    """psi(v) of (A4) with v_j = t_j - t_0, written from BOUNDS.md, not from crl."""
+    """psi(v) of (A4) with v_j = t_j - t_0, written from docs/theory/bounds.md, not from crl."""
     if loss == "hinge":
         return torch.clamp_min(1.0 + v.max(-1).values, 0.0)
     if loss == "logistic":
@@ -28,7 +28,7 @@ def _loss(loss: str, v: torch.Tensor, T: float) -> torch.Tensor:
 
 
 def _table1(loss: str, m: int, R: float, T: float) -> dict[str, float]:
-    """Table 1 of BOUNDS.md transcribed directly."""
+    """Table 1 of docs/theory/bounds.md transcribed directly."""
     a = 2 * R * R
     if loss == "hinge":
         return {"lo": max(0.0, 1 - a), "B": 4 * R * R if a <= 1 else 1 + a, "L": 1.0, "w": 1.0}
@@ -295,7 +295,7 @@ def test_gamma_e_routes_match_thm35_and_bound_every_sample() -> None:
 
 def test_lse_inner_bound_against_exact_two_point_laws() -> None:
     """Thm 5.1: the exact bias T(log mu - E log mu_hat_m) of two-point laws never exceeds the
-    bound, which is within a few per cent of the worst law (BOUNDS.md 5.3)."""
+    bound, which is within a factor ~3 of the worst law (docs/theory/bounds.md 5.3)."""
     for R, T in ((1.0, 1.0), (0.5, 1.0), (1.0, 0.5)):
         alpha, beta = math.exp(-R * R / T), math.exp(R * R / T)
         for m in (1, 2, 4, 16):
@@ -315,7 +315,7 @@ def test_lse_inner_bound_against_exact_two_point_laws() -> None:
                 bias = T * (math.log(mu) - float((logp.exp() * mu_hat.log()).sum()))
                 assert -1e-12 <= bias <= bound * (1 + 1e-12)
                 worst = max(worst, bias)
-            if T == 1.0:  # BOUNDS.md 5.3: within a factor ~3 of the worst two-point law
+            if T == 1.0:  # docs/theory/bounds.md 5.3: within a factor ~3 of the worst law
                 assert worst >= 0.3 * bound
     assert certified.lse_inner_bound(4, 2.0, 0.5) == pytest.approx(8.0)  # 2R^2 wins
 

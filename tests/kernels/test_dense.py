@@ -31,7 +31,8 @@ PAIRS = _pairs([(0, 0, 1), (0, 0, 2), (0, 1, 5), (1, 2, 0), (2, 3, 3), (2, 3, 4)
 
 
 def ref_dense(v1, v2, pairs, T, queue=None):
-    """Per-pair L_local and the three-level mean, transcribed from seed 002 Sec. 4.1 with loops."""
+    """Per-pair L_local and the three-level mean, transcribed from docs/theory/statements.md C with
+    loops."""
     v1, v2, rows = v1.tolist(), v2.tolist(), pairs.tolist()
     queue = [] if queue is None else queue.tolist()
 

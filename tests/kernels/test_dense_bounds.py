@@ -1,6 +1,6 @@
-"""crl.kernels.dense_bounds against BOUNDS-DENSE.md: its formulas written out here (naive loops,
-explicit matrices, float64), the numbers its sections 3, 5, 6, 7.2-7.5 and 8 quote, gradient
-checks of the Lipschitz constants, and the validity rule of the MI bound."""
+"""crl.kernels.dense_bounds against docs/theory/dense-bounds.md: its formulas written out here
+(naive loops, explicit matrices, float64), the numbers its sections 3, 5, 6, 7.2-7.5 and 8 quote,
+gradient checks of the Lipschitz constants, and the validity rule of the MI bound."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def test_lemma_d1_gradient_norm_never_exceeds_lambda(regime: str, T: float) -> N
             assert norm <= lam * (1 + 1e-9)
 
 
-# ---- the numbers BOUNDS-DENSE.md quotes ----
+# ---- the numbers docs/theory/dense-bounds.md quotes ----
 
 # section 7.2: T, regime, m, B, Lambda/(RL), then V^E / Vw^E / B2^E -> Gamma^E (Gamma^E / B) at
 # n = 64, 256, 1024
@@ -413,7 +413,7 @@ def test_table_7_4_inner_error(line: str) -> None:
     ):
         _quoted(got, text)
     sscrl = certified.sscrl_inner(loss_constants("info_nce", m, 1.0, T), d2)
-    assert ext.value == pytest.approx(sscrl, rel=1e-12)  # BOUNDS.md Thm 4.2 with m -> N
+    assert ext.value == pytest.approx(sscrl, rel=1e-12)  # docs/theory/bounds.md Thm 4.2, m -> N
 
 
 def test_section_7_4_totals_add_outer_and_inner() -> None:

@@ -1,5 +1,5 @@
-"""crl.kernels.dense_image: the per-image dense loss h (BOUNDS-DENSE D4) against a naive loop
-over images, positions and negatives in float64, and DenseCL's combined objective."""
+"""crl.kernels.dense_image: the per-image dense loss h (docs/theory/dense-bounds.md D4) against a
+naive loop over images, positions and negatives in float64, and DenseCL's combined objective."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def test_collinear_closed_form() -> None:
 
 
 def test_own_loss_is_at_least_the_ext_loss() -> None:
-    """Adding the in-image keys to the denominator only raises the loss (BOUNDS-DENSE 6.1)."""
+    """Adding the in-image keys to the denominator only raises the loss
+    (docs/theory/dense-bounds.md section 6, rule 1)."""
     for seed in range(5):
         q, k, ext, match = _case(seed)
         own = dense_image.image_losses(q, k, ext, match, "own", 0.7)

@@ -1,4 +1,5 @@
-"""Tests for crl.latent: exact enumeration, THEORY statements S3-S5, Monte Carlo, closed forms."""
+"""Tests for crl.latent: exact enumeration, statements S3-S5 of docs/theory/statements.md, Monte
+Carlo, closed forms."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_hinge_and_logistic_values() -> None:
     name=st.sampled_from(["hinge", "logistic"]),
 )
 def test_loss_facts(a: float, b: float, name: str) -> None:
-    """THEORY S1: convex, nondecreasing, L0-Lipschitz, value 1 at 0."""
+    """docs/theory/statements.md S1: convex, nondecreasing, L0-Lipschitz, value 1 at 0."""
     f = getattr(losses, name)
     la, lb, lmid, l0 = (
         float(f(torch.tensor(x, dtype=torch.float64))) for x in (a, b, (a + b) / 2, 0.0)

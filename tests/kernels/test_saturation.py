@@ -29,7 +29,7 @@ def _crossing(m_lo: float, m_hi: float, c_lo: float, c_hi: float, threshold: flo
 
 
 def _naive(m: list, curve: list, delta: float, p: int = 2) -> float:
-    """The np rule transcribed as a loop from MSTAR-DESIGN.md section 3."""
+    """The np rule transcribed as a loop from docs/theory/m-star.md section 3."""
     plateau = sum(curve[-p:]) / p
     threshold = plateau + delta * abs(plateau)
     last = None

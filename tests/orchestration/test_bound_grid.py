@@ -81,7 +81,7 @@ def test_every_cell_present_once(tiny_run: dict) -> None:
 
 
 def test_bounds_recomputed_from_the_table_alone_and_every_one_holds(tiny_run: dict) -> None:
-    """BOUNDS.md's formulas, written here from the table's own ingredient columns."""
+    """docs/theory/bounds.md's formulas, written here from the table's own ingredient columns."""
     cells = pl.read_parquet(tiny_run["dir"] / "tables" / "cells.parquet")
     assert cells["certified"].all() and (cells["sampling"] == "fresh_from_model").all()
     for row in cells.iter_rows(named=True):

@@ -224,17 +224,13 @@ def test_user_pairs_with_a_missing_column_exit_2_naming_it(tmp_path: Path) -> No
 
 
 def _documented_paired_columns() -> set[str]:
-    import re
+    """The columns a paired cell may have (docs/tables.md, from crl/steps/columns.json): the
+    provenance, the columns shared with unimodal cells and those only paired cells have (no
+    dense cell's)."""
+    from crl.steps import schema
 
-    from tests.conftest import REPO
-
-    text = (REPO / "README.md").read_text()
-    section = text.split("### `tables/cells.parquet` for paired data", 1)[1].split("\n###", 1)[0]
-    names: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            names |= set(re.findall(r"`([A-Za-z0-9_]+)`", line.split(" | ")[0]))
-    return names
+    blocks = schema.cell_columns()
+    return {*schema.tables()["provenance"], *blocks["unimodal"], *blocks["paired"]}
 
 
 def test_every_paired_column_is_documented(paired_run: dict, pairs_run: dict) -> None:

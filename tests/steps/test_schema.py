@@ -1,5 +1,5 @@
-"""The column descriptions: equal to the README's column reference, and written as Parquet
-field metadata."""
+"""The column descriptions: written as Parquet field metadata, and rendered as the column
+reference of docs/tables.md (whose staleness tests/test_docs.py checks)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,69 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.steps import schema
-from tests.conftest import REPO
-
-SECTIONS = {
-    "cells": ("`tables/cells.parquet` — one row", "`tables/cells.parquet` for"),
-    "frontier": ("`tables/frontier.parquet`",),
-    "tracking": ("`tables/tracking.parquet`",),
-    "pretrain": ("`tables/pretrain.parquet`",),
-}
 
 
-def _readme_columns(table: str) -> set[str]:
-    """The column names in the README's tables of `table`'s sections."""
-    names: set[str] = set()
-    for section in (REPO / "README.md").read_text().split("\n### ")[1:]:
-        if not section.startswith(SECTIONS[table]):
-            continue
-        for line in section.splitlines():
-            if line.startswith("| `"):
-                first = re.split(r"(?<!\\)\|", line)[1]
-                names |= {n for n in re.findall(r"`([A-Za-z0-9_]+)`", first)}
-    return names
+def _reference_columns(markdown: str) -> dict[str, list[str]]:
+    """{table: the column names in the first cells of its `| column | meaning |` tables, in
+    order} of the generated reference (headings `tables/<name>.parquet`; "provenance" first)."""
+    found: dict[str, list[str]] = {}
+    table, in_columns = None, False
+    for line in markdown.splitlines():
+        heading = re.match(r"^### (?:`tables/(\w+)\.parquet`|Provenance)", line)
+        if heading:
+            table = heading.group(1) or "provenance"
+            found[table] = []
+        in_columns = line == "| column | meaning |" or (in_columns and line.startswith("|"))
+        if table and in_columns and line.startswith("| `"):
+            first = re.split(r"(?<!\\)\|", line)[1]
+            found[table] += re.findall(r"`([A-Za-z0-9_]+)`", first)
+    return found
 
 
-def test_the_readme_documents_exactly_the_described_columns() -> None:
+def test_the_provenance_columns_are_described_in_order() -> None:
+    assert list(schema.tables()["provenance"]) == list(PROVENANCE_COLUMNS)
+
+
+def test_the_reference_lists_every_described_column_once_in_order() -> None:
     known = schema.tables()
-    assert set(known["provenance"]) == set(PROVENANCE_COLUMNS)
-    for table in SECTIONS:
-        documented = _readme_columns(table) - set(PROVENANCE_COLUMNS)
-        described = set(known[table])
-        assert documented == described, (
-            table,
-            sorted(documented - described),
-            sorted(described - documented),
-        )
+    listed = _reference_columns(schema.markdown())
+    for table, columns in known.items():
+        extra = list(schema.TRACKING_OWN) if table == "tracking" else []
+        assert listed[table] == [*extra, *columns], table
+    assert listed["oracle"] == []  # the columns of a unimodal cell, said in prose
+    blocks = schema.cell_columns()
+    assert [c for block in blocks.values() for c in block] == list(known["cells"])
+    assert "mutual_information" in blocks["paired"] and "mi_lcb" in blocks["dense"]
+    assert "gap" in blocks["unimodal"] and "encoder_epoch" in blocks["unimodal"]
+
+
+def test_the_reference_groups_and_escapes_descriptions() -> None:
+    text = schema.columns_table({"a": "x | y *z*", "b": "x | y *z*", "c": "`||W||` <R>"})
+    assert text.splitlines()[2:] == [
+        "| `a`, `b` | x \\| y \\*z\\* |",
+        "| `c` | `\\|\\|W\\|\\|` &lt;R&gt; |",
+    ]
+    family = schema.columns_table({"p": "one; paired: two; dense: three"})
+    assert family.splitlines()[2] == "| `p` | one<br>*paired:* two<br>*dense:* three |"
+
+
+def test_update_page_rewrites_only_the_marked_region(tmp_path: Path) -> None:
+    page = tmp_path / "tables.md"
+    page.write_text(f"# Prose\n\n{schema.BEGIN}\nold\n{schema.END}\n\nmore prose\n")
+    assert schema.update_page(page, check=True)
+    assert "old" in page.read_text()  # --check changes nothing
+    assert schema.update_page(page)
+    text = page.read_text()
+    assert text.startswith("# Prose\n\n") and text.endswith(f"{schema.END}\n\nmore prose\n")
+    assert schema.generated_part(text) == schema.markdown().strip("\n")
+    assert not schema.update_page(page, check=True)
+    page.write_text("no markers\n")
+    with pytest.raises(ValueError, match="columns:begin"):
+        schema.update_page(page)
 
 
 def test_summary_columns_are_described_by_their_cells_column() -> None:

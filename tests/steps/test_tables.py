@@ -129,8 +129,8 @@ def test_summarise_fractions(summary: pl.DataFrame) -> None:
 
 
 def test_summary_has_the_documented_columns(summary: pl.DataFrame) -> None:
-    """README, `tables/summary.parquet`: seeds, <col>_mean/_std/_seed_ci, the holds fractions,
-    tau, test_loss_ci_mean and rademacher_ci_mean."""
+    """docs/tables.md, `tables/summary.parquet`: seeds, <col>_mean/_std/_seed_ci, the holds
+    fractions, tau, test_loss_ci_mean and rademacher_ci_mean."""
     present = set(cell_rows()[0])
     expected = {*PROVENANCE_COLUMNS, *keys_of(summary), "seeds"}
     expected |= {c for c in FIRST if c in present}

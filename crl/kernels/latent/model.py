@@ -1,4 +1,5 @@
-"""Latent-class model of Saunshi et al. 2019 (THEORY.md section A): priors, model, samplers.
+"""Latent-class model of Saunshi et al. 2019 (docs/theory/statements.md section A): priors, model,
+samplers.
 
 Classes C ~ rho, inputs X ~ D_C; positive pairs share a class, a negative has a fresh class.
 Representations f are callables mapping (..., D) -> (..., d), vectorised over leading dims.

@@ -1,5 +1,6 @@
 """Population quantities of the latent-class model: exact for finite-support class laws,
-Monte Carlo with confidence intervals for any class law (Saunshi et al. 2019, THEORY.md A).
+Monte Carlo with confidence intervals for any class law (Saunshi et al. 2019,
+docs/theory/statements.md A).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def population(
 
     Enumerates L_un = sum_{c, c', a, b, e} rho_c rho_c' p_ca p_cb p_c'e l(q_{c a b c' e}),
     q = f(x_ca)^T (f(x_c'e) - f(x_cb)); L_un^= and L_un^!= restrict to c = c' and c != c' and
-    divide by tau and 1 - tau. Cost O(C^2 S^3) memory and time (THEORY.md A, S3-S5).
+    divide by tau and 1 - tau. Cost O(C^2 S^3) memory and time (docs/theory/statements.md A,
+    S3-S5).
     """
     if model.support is None:
         raise ValueError("model is gaussian: expected a discrete model (use population_mc)")

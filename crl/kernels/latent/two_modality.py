@@ -1,5 +1,5 @@
-"""Li et al. 2026's two-modality Gaussian (THEORY.md section B): a pair (X, Y) whose optimal
-score, minimal LSE risk and AUC have closed forms or direct estimators.
+"""Li et al. 2026's two-modality Gaussian (docs/theory/statements.md section B): a pair (X, Y)
+whose optimal score, minimal LSE risk and AUC have closed forms or direct estimators.
 """
 
 from __future__ import annotations

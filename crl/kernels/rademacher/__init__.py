@@ -1,4 +1,5 @@
-"""Sign-suprema: Monte Carlo and exact one-sided Rademacher complexities (THEORY.md, section A).
+"""Sign-suprema: Monte Carlo and exact one-sided Rademacher complexities
+(docs/theory/statements.md, section A).
 
 `_signs` is the counter-based sign stream, `monte_carlo` the streaming estimators of R_S(F) for
 the linear, spectral and finite classes, `exact` enumeration of every sign pattern on tiny cases

@@ -1,4 +1,5 @@
-"""Exact sign-suprema over every sign pattern, and the vector contraction (THEORY.md S2)."""
+"""Exact sign-suprema over every sign pattern, and the vector contraction
+(docs/theory/statements.md S2)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ _LOW_BITS = 14  # exhaustive enumeration tabulates 2^14 patterns of the low sign
 
 @dataclass(frozen=True)
 class ContractionSides:
-    """Both sides of the vector contraction inequality (THEORY.md S2), computed exactly.
+    """Both sides of the vector contraction inequality (docs/theory/statements.md S2), computed
+    exactly.
 
     lhs = E_eps sup_v sum_i eps_i h_i(v_i); rhs_sqrt3 = sqrt(3) L E_eta sup_v sum_it eta_it v_it
     (the seed lemma); rhs_maurer = the same with sqrt(2) (Maurer 2016); ratio = lhs / (L E_eta ...).
@@ -95,7 +97,7 @@ def exact_linear(features: torch.Tensor, d: int, B: float) -> float:
 def vector_contraction(
     V: torch.Tensor, h: Callable[[torch.Tensor], torch.Tensor], L: float
 ) -> ContractionSides:
-    """Both sides of the vector contraction inequality, exactly (THEORY.md S2; seeds/000).
+    """Both sides of the vector contraction inequality, exactly (docs/theory/statements.md S2).
 
     E_eps sup_v sum_i eps_i h_i(v_i) <= sqrt(3) L E_eta sup_v sum_{i,t} eta_it v_it for
     L-Lipschitz h_i; Maurer (2016) proves the constant sqrt(2). E_eta sup ... = 0 only when all v

@@ -1,7 +1,8 @@
-"""Monte Carlo sign-suprema R_S(F) of the linear, spectral and finite classes (THEORY.md A).
+"""Monte Carlo sign-suprema R_S(F) of the linear, spectral and finite classes
+(docs/theory/statements.md A).
 
 R_S(F) = E_eps sup_{f in F} sum_j sum_t eps_jt f_t(x_j): unnormalised, one-sided, no absolute
-value and no 1/M (Saunshi et al. 2019, definition of R_S; seeds/000). Signs come from
+value and no 1/M (Saunshi et al. 2019, definition of R_S). Signs come from
 crl.kernels.rademacher._signs, so estimates do not depend on chunking or device.
 
 Precision of `linear`/`spectral`. Rows are folded in fixed blocks of BLOCK_ROWS rows aligned to the

@@ -1,5 +1,5 @@
-"""One dense cell end to end (BOUNDS-DENSE.md): draw -> fit the head -> evaluate -> bound ->
-one row of the cells table, with family "dense".
+"""One dense cell end to end (docs/theory/dense-bounds.md): draw -> fit the head -> evaluate ->
+bound -> one row of the cells table, with family "dense".
 
 A cell has n training images (the unit, Prop. D0), m external negatives per image drawn from the
 pool (regime scrl) or one queue of m shared by all images (sscrl), negatives "own" or "ext", a

@@ -1,5 +1,6 @@
-"""The certified columns of a dense cell (BOUNDS-DENSE.md): Thms D4-D7 with their terms and
-holds flags, and Prop. D9's MI lower confidence bound with the sampling that makes it valid.
+"""The certified columns of a dense cell (docs/theory/dense-bounds.md): Thms D4-D7 with their
+terms and holds flags, and Prop. D9's MI lower confidence bound with the sampling that makes it
+valid.
 
 For DenseCL's combined objective (1 - lambda) L_global + lambda L_dense with lambda < 1, each
 branch is certified at delta / 2 and the bounds add with weights (1 - lambda, lambda):

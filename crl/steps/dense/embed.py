@@ -58,8 +58,8 @@ def module_class(spec: str) -> type[nn.Module]:
     callable is refused, so a config can name a network, never a command (`os:system`).
 
     Importing the module runs its top-level code, as any import does: the config's author is
-    trusted with the modules on the path (README, Security); deployment parameters are not
-    (crl.orchestration.deploy.check_code_overrides).
+    trusted with the modules on the path (docs/cluster.md, the trust model); deployment
+    parameters are not (crl.orchestration.deploy.check_code_overrides).
     """
     module_name, _, attribute = spec.partition(":")
     try:

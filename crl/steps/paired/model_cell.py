@@ -1,6 +1,6 @@
 """One cell of a paired (two-modality) grid: draw n pairs and m negatives from Li et al.'s
 Gaussian, fit the score model x^T M y - y^T B y to the solver's tolerance, and evaluate it
-exactly where the model allows (MSTAR-DESIGN.md):
+exactly where the model allows (docs/theory/m-star.md):
 
 - excess AUC E* - E(s) on one seeded evaluation set shared by every cell of the run (common
   random numbers), with its Monte Carlo standard error;
@@ -12,9 +12,9 @@ exactly where the model allows (MSTAR-DESIGN.md):
 Pairs are drawn from (run seed, n, seed) only, so a seed's positives are the same for every m and
 both regimes (a paired design across m); negatives from (run seed, regime, m, n, seed).
 
-The certified bounds of BOUNDS.md need a bounded feature map (A1, ||phi|| <= 1); the Gaussian's
-psi(x, y) = (x y^T, -y y^T) is unbounded, so no gamma column is computed for these cells (the
-`bounds_note` column says so).
+The certified bounds of docs/theory/bounds.md need a bounded feature map (A1, ||phi|| <= 1); the
+Gaussian's psi(x, y) = (x y^T, -y y^T) is unbounded, so no gamma column is computed for these
+cells (the `bounds_note` column says so).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from crl.kernels.solver import Solution, SolverSpec
 from crl.steps.keys import CellKey
 from crl.steps.signal import exact_signal_columns
 
-BOUNDS_NOTE = "not certified: Gaussian features are unbounded (BOUNDS.md A1 fails)"
+BOUNDS_NOTE = "not certified: Gaussian features are unbounded (docs/theory/bounds.md A1 fails)"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-# What the sources report, quoted in the generated paragraph (MSTAR-DESIGN.md, Li et al. 2026).
+# What the sources report, quoted in the generated paragraph (docs/theory/m-star.md, Li et al.
+# 2026).
 PAPER = "Li et al. (CLIP runs): m* ~ 0.4 n, fitted m* ~ n^0.94, no seeds or intervals"
 DESIGN_NOTE = {
     "sscrl": "design note (float64 prototype, delta = 0.25): exponent 0.73 [0.60, 0.87]",

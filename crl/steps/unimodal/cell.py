@@ -53,7 +53,7 @@ def _sample_pass(
     R_S(F) is over every point of the training tuples: block by block, its anchors, positives,
     then negatives. Shared negatives count once per anchor (2n + nm rows, independent signs for
     every copy): the quantity the contraction argument of the sscrl outer bound needs
-    (BOUNDS.md Thm 4.1).
+    (docs/theory/bounds.md Thm 4.1).
     """
     d, p = weight.shape
     acc = rademacher.LinearAccumulator(d=d, p=p, draws=draws, seed=seed)

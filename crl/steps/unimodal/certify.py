@@ -1,5 +1,5 @@
-"""The bound columns of a cell (BOUNDS.md section 0): certified bounds with their terms, the
-data-dependent ingredients, and one holds flag per bound against the gap it bounds.
+"""The bound columns of a cell (docs/theory/bounds.md section 0): certified bounds with their
+terms, the data-dependent ingredients, and one holds flag per bound against the gap it bounds.
 
 What each bound is compared with:
 - one_negative, scrl: `gap` = held-out L_m estimate - train loss, |gap| <= gamma; for LSE the
@@ -22,7 +22,7 @@ from crl.kernels import certificates, certified, learner, stats
 from crl.kernels.stats import within
 from crl.steps.unimodal.sampling import TrainDraw
 
-HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (BOUNDS.md Prop. 4.4)"
+HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (docs/theory/bounds.md Prop. 4.4)"
 NOT_SSCRL = "not sscrl: the negatives are independent per anchor"
 LSE_POOL = (
     "lse: the held-out loss is against one shared pool of negatives (its terms are dependent, "
@@ -160,8 +160,8 @@ def pool_bootstrap_ci(
     """95% normal half-width of the pooled LSE estimate over a bootstrap of the pool elements.
 
     The pool is shared by every held-out anchor, so the anchors' t-interval misses its
-    variability (BOUNDS.md 5.4). Resampling pool columns with replacement is a matmul of
-    multinomial counts with e^{(s - max)/T}. Shape: pos (N,), pool (N, K); nan if draws < 2.
+    variability (docs/theory/bounds.md 5.4). Resampling pool columns with replacement is a matmul
+    of multinomial counts with e^{(s - max)/T}. Shape: pos (N,), pool (N, K); nan if draws < 2.
     """
     if draws < 2:
         return math.nan

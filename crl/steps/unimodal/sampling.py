@@ -1,7 +1,8 @@
 """Where a cell's tuples come from, and whether the draw is the one the theorems assume.
 
-BOUNDS.md (A3) needs i.i.d. tuples: anchor, positive and every negative independent draws from
-the data law (sscrl: one shared set of negatives, independent of the pairs). Two populations:
+docs/theory/bounds.md (A3) needs i.i.d. tuples: anchor, positive and every negative independent
+draws from the data law (sscrl: one shared set of negatives, independent of the pairs). Two
+populations:
 
 - `ModelPopulation` (synthetic data): every point of the training sample and of the held-out
   evaluation is a fresh draw from the generative model, passed through the frozen encoder and

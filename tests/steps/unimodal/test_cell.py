@@ -16,7 +16,7 @@ from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.kernels import bounds, certified, rademacher
 from crl.kernels.certificates import kl_bernoulli
 from crl.kernels.seeding import short_hash
-from crl.steps import cells, oracle
+from crl.steps import cells, oracle, schema
 from crl.steps.features import (
     Features,
     Normalizer,
@@ -27,20 +27,14 @@ from crl.steps.features import (
 )
 from crl.steps.keys import CellKey, grid_keys, oracle_keys
 from crl.steps.unimodal import cell, sampling
-from tests.conftest import REPO
 from tests.steps.helpers import config, materialise
 
 
 def _documented_cell_columns() -> list[str]:
-    """The column names of README's `tables/cells.parquet` table, in order."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### `tables/cells.parquet`", 1)[1].split("\n###", 1)[0]
-    names: list[str] = []
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            first = line.split(" | ")[0]
-            names += re.findall(r"`([A-Za-z0-9_]+)`", first)
-    return names
+    """The documented columns of a unimodal cell, in order: the provenance columns, then the
+    first block of crl/steps/columns.json's cells (the first table of docs/tables.md's
+    `tables/cells.parquet`)."""
+    return [*schema.tables()["provenance"], *schema.cell_columns()["unimodal"]]
 
 
 @pytest.fixture(scope="module")
