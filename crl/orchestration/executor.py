@@ -177,7 +177,10 @@ class LocalExecutor(Executor):
         return results
 
     def train(self, loop: Callable, job: Any, training: Training) -> None:
-        loop(job, training.single())
+        from crl.orchestration.train import worker_threads
+
+        with worker_threads():  # a Ray Train worker's threads: the same weights, bit for bit
+            loop(job, training.single())
         training.watch()
 
 

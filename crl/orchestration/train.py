@@ -9,8 +9,9 @@ loop continues from its last finished epoch on disk.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,30 @@ def all_gather_grad(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(all_gather(x.contiguous()))
 
 
+# CPUs (and torch threads) of one training worker. A worker's float arithmetic depends on its
+# thread count (reductions split differently), so the local executor trains with as many: the
+# weights of a local run equal a Ray run's bit for bit (tests/orchestration/test_executor_parity)
+WORKER_CPUS = 1
+
+
+def worker_threads() -> contextlib.AbstractContextManager[None]:
+    """torch at WORKER_CPUS threads inside the block (the thread count before it after)."""
+    return _torch_threads(WORKER_CPUS)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _worker(config: dict) -> None:
-    config["loop"](config["job"], _RayTrainContext())
+    with worker_threads():  # Ray sets OMP_NUM_THREADS to the CPUs, unless the user set it
+        config["loop"](config["job"], _RayTrainContext())
 
 
 def use_gpus(use_gpu: bool | str, workers: int) -> bool:
@@ -123,7 +146,7 @@ def fit_on_ray(
         scaling_config=ScalingConfig(
             num_workers=workers,
             use_gpu=gpu,
-            resources_per_worker={"CPU": 1, **({"GPU": 1} if gpu else {})},
+            resources_per_worker={"CPU": WORKER_CPUS, **({"GPU": 1} if gpu else {})},
         ),
         run_config=RunConfig(
             name=name,

@@ -72,4 +72,22 @@ def assert_equals_uninterrupted(run: Submitted, folder: Path, *tables: str) -> N
         whole = pl.read_parquet(whole_runs / run.run_dir.name / "tables" / f"{name}.parquet")
         timing = [c for c in got.columns if "second" in c or c == "device"]
         assert got.height == whole.height
-        assert got.drop(timing).equals(whole.drop(timing)), name
+        got, whole = got.drop(timing), whole.drop(timing)
+        moved = [c for c in got.columns if not got[c].equals(whole[c])]
+        assert not moved and got.columns == whole.columns, (
+            name,
+            moved,
+            _first_moved(got, whole, moved),
+        )
+
+
+def _first_moved(got: pl.DataFrame, whole: pl.DataFrame, moved: list[str]) -> dict:
+    """For a failure's message: the first differing row of each moved column, both values."""
+    out = {}
+    for column in moved[:8]:
+        diff = [
+            i for i, (a, b) in enumerate(zip(got[column], whole[column], strict=True)) if a != b
+        ]
+        if diff:
+            out[column] = (diff[0], got[column][diff[0]], whole[column][diff[0]], len(diff))
+    return out
