@@ -72,6 +72,22 @@ def feed_statistics(
         acc.update(views.anchor[sample.anchors[part]], views.positive[sample.positives[part]], own)
 
 
+def simultaneous_best(
+    stats: certified.SampleStats, consts: certified.LossConstants, m: int, d: int, level: float
+) -> float:
+    """The smallest of gamma_m, gamma_S and gamma_E as one statement at `level` (`best_bound`).
+    gamma_m and gamma_S bound the same empirical Rademacher complexity on one event of T1's
+    S-form, so their minimum costs nothing; gamma_E is T1's E-form, another event. The minimum
+    of bounds each at `level` would hold only at 2 `level` (union bound), so each form is taken
+    at `level` / 2 here (docs/theory/bounds.md section 0, "Reading several columns together")."""
+    half = level / 2
+    return min(
+        certified.gamma_m(stats, consts, d, half).value,
+        certified.gamma_s(stats, consts, d, half).value,
+        certified.gamma_e(stats.n, m, stats.p, consts, d, half).value,
+    )
+
+
 def bound_columns(
     draw: TrainDraw,
     stats: certified.SampleStats,
@@ -132,7 +148,7 @@ def bound_columns(
     total = g_s.value + inner_sscrl if inner_sscrl is not None else None
     row["sscrl_total"] = total
     row["sscrl_total_holds"] = within(gap, total, total) if total is not None else None
-    best = min(g_m.value, g_s.value, g_e.value)
+    best = simultaneous_best(stats, consts, m, d, level)
     if shared:
         best = None if inner_sscrl is None else best + inner_sscrl
     elif inner_lse is not None:

@@ -536,8 +536,13 @@ def test_dense_cell_row_recomputes_and_holds(run, key: DenseKey) -> None:
         parts = row["gap_outer"] + row["gap_inner"]
         assert math.isclose(parts, row["gap"], abs_tol=1e-12)
         assert row["queue_total"] >= row["queue_outer_S"]
+        # one statement at delta: each outer form at half its column's level
+        outer = min(row["queue_outer_S"], row["queue_outer_E"])
+        assert row["queue_total"] > outer + row["queue_inner"]
+        assert row["best_dense_bound"] == row["queue_total"]
     else:
         assert row["gap_outer"] is None and row["gamma_dense_S"] > 0
+        assert row["best_dense_bound"] > min(row["gamma_dense_S"], row["gamma_dense_E"])
     again = run_dense_cell(cfg, key, cell_id, features)
     assert again["head"] == row["head"] and again["test_loss"] == row["test_loss"]
     # the signal: at W = 0 every score is 0, so an image's loss is the log of its candidates'

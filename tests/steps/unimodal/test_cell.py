@@ -37,6 +37,25 @@ def _documented_cell_columns() -> list[str]:
     return [*schema.tables()["provenance"], *schema.cell_columns()["unimodal"]]
 
 
+def simultaneous_best(row: dict, n: int, level: float) -> float:
+    """best_bound as one statement at `level`, rebuilt from the columns: T1's S-form
+    (gamma_m, gamma_S: 3 B sqrt(ln(4/delta)/2n)) and E-form (gamma_E: B sqrt(ln(2/delta)/2n))
+    each at level / 2 (union bound over the two events), added to their complexity terms."""
+    B = row["loss_range"]
+    s_form = 3 * B * math.sqrt(math.log(4 / level) / (2 * n))
+    e_form = B * math.sqrt(math.log(2 / level) / (2 * n))
+    assert row["gamma_m_concentration_term"] == pytest.approx(s_form, rel=1e-12)
+    assert row["gamma_S_concentration_term"] == pytest.approx(s_form, rel=1e-12)
+    assert row["gamma_E_concentration_term"] == pytest.approx(e_form, rel=1e-12)
+    s_half = 3 * B * math.sqrt(math.log(8 / level) / (2 * n))
+    e_half = B * math.sqrt(math.log(4 / level) / (2 * n))
+    return min(
+        row["gamma_m_complexity_term"] + s_half,
+        row["gamma_S_complexity_term"] + s_half,
+        row["gamma_E_complexity_term"] + e_half,
+    )
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Features, float]:
     root = tmp_path_factory.mktemp("cell")
@@ -170,7 +189,8 @@ def test_run_cell_values(run: tuple[Features, float]) -> None:
         assert row[f"{name}_holds"] is True
         total = row[f"{name}_complexity_term"] + row[f"{name}_concentration_term"]
         assert row[name] == pytest.approx(total, rel=1e-12)
-    assert row["best_bound"] == min(row["gamma_m"], row["gamma_S"], row["gamma_E"])
+    assert row["best_bound"] == pytest.approx(simultaneous_best(row, 20, 0.05), rel=1e-12)
+    assert row["best_bound"] > min(row["gamma_m"], row["gamma_S"], row["gamma_E"])
     assert row["bound_over_gap"] == pytest.approx(row["best_bound"] / abs(row["gap"]))
     assert row["bound_delta"] == 0.05 and row["S2"] == row["S_pairs"] + row["S_neg"]
     assert row["lse_inner_bound"] is None and row["sscrl_inner"] is None
@@ -197,6 +217,9 @@ def test_run_cell_shared_negatives_split_the_gap(run: tuple[Features, float]) ->
     hinge = cell.run_cell(cfg, CellKey("sscrl", "hinge", 3, 10, 0), features, tau)
     assert hinge["sscrl_inner"] is None and hinge["sscrl_total"] is None
     assert "Prop. 4.4" in hinge["sscrl_inner_reason"] and hinge["best_bound"] is None
+    # outer bounds at delta/4 each form, the inner at delta/2: one statement at delta
+    best = simultaneous_best(row, 10, 0.025) + row["sscrl_inner"]
+    assert row["best_bound"] == pytest.approx(best, rel=1e-12)
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
@@ -223,7 +246,7 @@ def test_lse_upper_side_adds_the_inner_bound(run: tuple[Features, float]) -> Non
     row = cell.run_cell(config(), CellKey("scrl", "lse", 3, 10, 0), features, tau)
     assert row["lse_inner_bound"] == pytest.approx(min(2.0, 0.5 * math.expm1(2.0) ** 2 / 6))
     assert row["best_bound"] == pytest.approx(
-        min(row["gamma_m"], row["gamma_S"], row["gamma_E"]) + row["lse_inner_bound"]
+        simultaneous_best(row, 10, 0.05) + row["lse_inner_bound"], rel=1e-12
     )
 
 

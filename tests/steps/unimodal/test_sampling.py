@@ -214,7 +214,8 @@ def test_bound_columns_compare_each_bound_with_its_gap() -> None:
     scrl = own.train(30, 4, False, torch.Generator().manual_seed(9))
     stats = _statistics(scrl, 4)
     lse = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, 0.0, None)
-    g = min(lse["gamma_m"], lse["gamma_S"], lse["gamma_E"])
+    g = certify.simultaneous_best(stats, certified.loss_constants("lse", 4, 1.0, 1.0), 4, 3, 0.05)
+    assert g > min(lse["gamma_m"], lse["gamma_S"], lse["gamma_E"])  # each form at delta / 2
     # LSE: -gamma <= gap <= gamma + inner; a gap just above gamma holds only thanks to inner
     upper = lse["gamma_S"] + 0.5 * lse["lse_inner_bound"]
     above = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, upper, None)
