@@ -125,7 +125,7 @@ class MStarConfig(_Strict):
     metrics: list[MStarMetric] | None = Field(None, min_length=1)
     delta: float = Field(0.25, gt=0)
     deltas: list[Annotated[float, Field(gt=0)]] = Field([0.1, 0.25, 0.5], min_length=1)
-    bootstrap: int = Field(1000, ge=0)
+    bootstrap: int = Field(1000, ge=1)  # crl.kernels.saturation needs a replicate
     confidence: float = Field(0.95, gt=0, lt=1)
 
 

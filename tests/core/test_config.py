@@ -79,6 +79,7 @@ def test_defaults_filled_in_hash() -> None:
         ("grid.R=[1, 1]", "grid.R"),
         ("grid.temperature=[0.5, -1]", "grid.temperature"),
         ("grid.normalise=[sphere]", "grid.normalise"),
+        ("eval.m_star.bootstrap=0", "eval.m_star.bootstrap"),
     ],
 )
 def test_bad_values_name_the_field(override: str, field: str) -> None:
