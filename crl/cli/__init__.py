@@ -14,13 +14,10 @@ from typing import Annotated
 import typer
 
 from crl.cli.app import app, example, fail, local_place, readable_parquet
-from crl.core.places import resolved
 
 
 def _run_dir(run: str, out: str) -> Path:
     path = local_place(run, out)
-    if not path.is_dir():
-        path = Path(resolved(run, out))
     if not (path / "tables").is_dir():
         fail(f"run {run}: no tables folder at {path / 'tables'}")
     return path
@@ -85,7 +82,6 @@ def run(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load(config, set_)
-        config, out = resolved(config), resolved(out)  # the flow's processes read them anywhere
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         local_prefect.prefect_local_env()
     except ConfigError as err:
@@ -160,8 +156,6 @@ def check(
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
         cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
-        out = resolved(out)
-        config = None if config is None else resolved(config)
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         prepare_checks(cfg, out)
         local_prefect.prefect_local_env()

@@ -33,15 +33,16 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def local_place(run: str, out: str) -> Path:
-    """Where `run` (a folder, or a run id under --out) is on this machine; in a store
-    (s3://...), its local mirror with the tables downloaded (crl.steps.store)."""
+    """Where `run` (a folder, else a run id under --out) is on this machine, as an absolute
+    path; in a store (s3://...), its local mirror with the tables downloaded (crl.steps.store)."""
     from crl.steps import store
 
     if store.is_uri(run):
         return _local_copy(run)
     if store.is_uri(out) and not Path(run).exists():
         return _local_copy(out, run)
-    return Path(resolved(run))
+    here = Path(resolved(run))
+    return here if here.exists() or store.is_uri(out) else Path(resolved(run, out))
 
 
 def local_out(out: str) -> Path:

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from crl.cli.app import app, example, fail, local_out, local_place, readable_parquet
-from crl.core.places import resolved
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -52,8 +51,6 @@ def _folders(run: str, out: str) -> list[Path]:
     from crl.steps.catalogue import run_folders
 
     path = local_place(run, out)
-    if not path.exists():
-        path = Path(resolved(run, out))
     folders = run_folders(path)
     if not folders:
         fail(f"run {run}: no tables folder at {path / 'tables'} nor in any folder under {path}")

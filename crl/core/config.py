@@ -6,14 +6,15 @@ The dataset sections are crl.core.datasets (re-exported here).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from crl.core.check_config import CheckConfig as CheckConfig
+from crl.core.check_config import ConstantsConfig as ConstantsConfig
+from crl.core.check_config import check_overrides as check_overrides
+from crl.core.check_config import load_checks as load_checks
 from crl.core.datasets import DATASET_KINDS as DATASET_KINDS
 from crl.core.datasets import PAIRED_KINDS as PAIRED_KINDS
 from crl.core.datasets import Dataset as Dataset
@@ -24,7 +25,7 @@ from crl.core.datasets import ParquetData as ParquetData
 from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
 from crl.core.dense_config import DenseConfig, PretrainConfig
-from crl.core.errors import ConfigError
+from crl.core.errors import ConfigError as ConfigError
 from crl.core.fingerprints import input_fingerprints
 from crl.core.grid_config import GRID_AXES as GRID_AXES
 from crl.core.grid_config import LOSSES as LOSSES
@@ -36,36 +37,9 @@ from crl.core.grid_config import objectives as objectives
 from crl.core.ladder_config import LadderConfig as LadderConfig
 from crl.core.overrides import parse_override, with_overrides
 from crl.core.places import PATH_FIELDS, resolved_fields
+from crl.core.run_config import Run, drop, read_yaml
 from crl.core.strict import Strict as _Strict
 from crl.core.validation import validated
-
-
-class _Run(_Strict):
-    """A validated top-level config; its canonical hash names the run folder."""
-
-    # optional sections and fields (dotted paths) left out of the hash when absent, so adding
-    # one to the schema does not rename the folders of configs that do not use it
-    _HASH_OMITS_NONE: tuple[str, ...] = ()
-
-    def _hashed_tree(self) -> dict:
-        """What the hash covers: the validated config (defaults filled in)."""
-        return self.model_dump(mode="json")
-
-    def hash(self) -> str:
-        """Canonical hash: sorted-key JSON of the validated config (defaults filled in)."""
-        tree = self._hashed_tree()
-        for path in self._HASH_OMITS_NONE:
-            *parents, key = path.split(".")
-            node = tree
-            for part in parents:
-                node = node.get(part) if isinstance(node, dict) else None
-            if isinstance(node, dict) and node.get(key) is None:
-                node.pop(key, None)
-        canonical = json.dumps(tree, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-    def run_id(self) -> str:
-        return f"{self.name}-{self.hash()}"
 
 
 class EncoderConfig(_Strict):
@@ -154,7 +128,7 @@ class RuntimeConfig(_Strict):
     cell_cpus: float = Field(1.0, gt=0)
 
 
-class Config(_Run):
+class Config(Run):
     """A `crl run` config: dataset, encoder, learner, grid, evaluation, runtime; and/or a
     `dense` section (crl.core.dense_config). `dataset` and `grid` go together; a config with
     only a `dense` section runs dense cells alone."""
@@ -190,13 +164,8 @@ class Config(_Run):
         """The validated config less the places of the inputs it fingerprints: a run's identity
         is what it reads, not where it read it from (crl.core.places)."""
         tree = super()._hashed_tree()
-        for field in PATH_FIELDS if self.inputs else ():
-            *parents, key = field.split(".")
-            node = tree
-            for part in parents:
-                node = node.get(part) if isinstance(node, dict) else None
-            if isinstance(node, dict) and key in node and field in self.inputs:
-                node.pop(key)
+        for field in set(PATH_FIELDS) & set(self.inputs or ()):
+            drop(tree, field)
         return tree
 
     @model_validator(mode="after")
@@ -312,23 +281,6 @@ def validate(tree: dict) -> Config:
     return validated(Config, tree)
 
 
-def _read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path}: does not exist")
-    try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte {err.start})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config file {path}: not valid YAML{where}") from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"config file {path}: expected a YAML mapping at the top level")
-    return tree
-
-
 # The fields that decide which code a run imports and calls: the dense backbone's module.
 CODE_FIELDS = ("dense.backbone.kind", "dense.backbone.module", "dense.backbone.module_kwargs")
 
@@ -352,55 +304,10 @@ def load(path: str | Path, overrides: list[str] = (), base: str | Path | None = 
     """Read YAML at `path`, apply dotted `overrides`, make the paths it names absolute (relative
     to `base`, by default the working directory: crl.core.places), validate, and fingerprint the
     inputs it names (`Config.inputs`). Raises ConfigError (one line)."""
-    tree = resolved_fields(with_overrides(_read_yaml(path), list(overrides)), base)
+    tree = resolved_fields(with_overrides(read_yaml(path), list(overrides)), base)
     return with_inputs(validate(tree))
 
 
 def with_inputs(config: Config) -> Config:
     """`config` with `inputs` set to the fingerprints of the files it reads now."""
     return config.model_copy(update={"inputs": input_fingerprints(config)})
-
-
-class ConstantsConfig(_Strict):
-    """Constants of the statements; unset means the true one. Wrong values show checks can fail."""
-
-    contraction: float | None = Field(None, ge=0)
-    calibration_factor: float | None = Field(None, ge=0)
-    collision_c0: float | None = Field(None, ge=0)
-    gamma_scale: float | None = Field(None, ge=0)
-    confidence: float | None = Field(None, gt=0, lt=1)
-
-
-class CheckConfig(_Run):
-    """`crl check`: which statements, how many instances each, from which seed."""
-
-    name: str = Field("checks", pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
-    seed: int = Field(0, ge=0)
-    statements: list[str] | None = None  # None: every statement
-    instances: int | None = Field(None, ge=1)  # None: each statement's default count
-    chunk: int = Field(20, ge=1)  # instances per Ray task
-    constants: ConstantsConfig = ConstantsConfig()
-
-    @field_validator("statements")
-    @classmethod
-    def _non_empty(cls, value: list[str] | None) -> list[str] | None:
-        # names are checked against the registry by the check stage (crl.steps.check_unit):
-        # the schema stays free of the math layer
-        if value is not None and not value:
-            raise ValueError("must not be empty")
-        return value
-
-
-def check_overrides(overrides: list[str], instances: int | None) -> list[str]:
-    """`overrides` plus `instances=N` for the --instances option (None: each default count)."""
-    if instances is None:
-        return list(overrides)
-    if not (isinstance(instances, int) and instances >= 1):
-        raise ConfigError(f"--instances {instances}: expected an integer >= 1")
-    return [*overrides, f"instances={instances}"]
-
-
-def load_checks(path: str | Path | None, overrides: list[str] = ()) -> CheckConfig:
-    """The check config at `path` (defaults when None), with dotted overrides."""
-    tree = with_overrides(_read_yaml(path) if path is not None else {}, list(overrides))
-    return validated(CheckConfig, tree)

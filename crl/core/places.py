@@ -17,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from crl.core.overrides import parse_override
+
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 # the config fields that name a local file or folder (each is fingerprinted by its content)
@@ -62,9 +64,8 @@ def resolved_overrides(overrides: list[str], base: str | Path | None = None) -> 
     process that reads them elsewhere: a Ray job on a cluster); the others as they are."""
     out = []
     for text in overrides:
-        key, sep, value = text.partition("=")
-        path = value.strip()
-        if sep and key.strip() in PATH_FIELDS and path and not is_uri(path):
-            text = f"{key}={resolved(path, base)}"
+        key, value = parse_override(text)
+        if key in PATH_FIELDS and isinstance(value, str) and value and not is_uri(value):
+            text = f"{key}={resolved(value, base)}"
         out.append(text)
     return out
