@@ -247,7 +247,6 @@ def train(job: PretrainJob, ctx: Context) -> None:
         if ctx.rank == 0:
             if epoch in p.embedded:
                 _save(_unwrap(model).backbone.state_dict(), job.checkpoint(epoch), job.staging)
-            write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
             state = {
                 "epoch": epoch,
                 "encoder": _unwrap(model).state_dict(),
@@ -256,6 +255,8 @@ def train(job: PretrainJob, ctx: Context) -> None:
                 "queues": [q.state() for q in queues],
             }
             _save(state, job.state, job.staging)
+            # the row last: an epoch's row on disk means a rerun continues after that epoch
+            write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
 
 
 def epoch_rows(root: Path) -> pa.Table | None:
