@@ -42,8 +42,10 @@ def test_build_output_width(kind: str, in_dim: int, cls: type) -> None:
     out = embed.embed(module, _x(6, in_dim), batch_rows=4)
     assert out.shape == (6, 5) and out.dtype == np.float32
     rebuilt = embed.build(EncoderConfig(kind=kind, out_dim=5, seed=2), in_dim)
-    again = embed.embed(rebuilt, _x(6, in_dim), 6)
-    np.testing.assert_array_equal(out, again)  # deterministic from the seed
+    # deterministic from the seed, at the same batch size (another batch size may take another
+    # float32 kernel: test_batches_equal_one_batch compares those within a tolerance)
+    again = embed.embed(rebuilt, _x(6, in_dim), batch_rows=4)
+    np.testing.assert_array_equal(out, again)
 
 
 def test_build_small_cnn_needs_square_inputs() -> None:
