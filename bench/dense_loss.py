@@ -1,4 +1,4 @@
-"""Benchmark of crl.kernels.dense.dense_info_nce against the naive MoCo-style reference
+"""Benchmark of crl.kernels.dense.info_nce.dense_info_nce against the naive MoCo-style reference
 (a script, not a test).
 
 Setting: DenseCL's (Wang et al. 2021): B images, a 7 x 7 grid (K = 49 positions per view),
@@ -42,7 +42,7 @@ from _measure import (
     table,
 )
 
-from crl.kernels.dense import DIRECT_MAX_LOGITS, dense_info_nce
+from crl.kernels.dense.info_nce import DIRECT_MAX_LOGITS, dense_info_nce
 
 SIDE, DIM, QUEUE, TEMPERATURE = 7, 128, 65536, 0.2
 BATCHES = (8, 64)

@@ -47,7 +47,8 @@ from crl.core.dense_config import DenseConfig
 from crl.dense import dense_info_nce
 from crl.kernels.encoders import RandomConv
 from crl.losses import nt_xent
-from crl.steps import image_data, pretrain
+from crl.steps import pretrain
+from crl.steps.dense import image_data
 from crl.steps.dense.pretrain_task import DenseTask
 
 FULL = {

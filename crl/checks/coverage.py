@@ -19,6 +19,18 @@ _S7_RADII = (0.5, 1.0, 2.0)
 _S7_DELTAS = (0.05, 0.1, 0.5)
 
 
+def _sup_deviation(
+    model: latent.LatentClassModel, W: torch.Tensor, q: torch.Tensor, name: str
+) -> torch.Tensor:
+    """Per sample, sup_k |Lhat_un(f_k) - L_un(f_k)| over the K maps W (K, d, D), the empirical
+    losses from the triplet scores q (K, N, M); exact L_un from `latent.population`. Shape (N,)."""
+    exact = torch.tensor(
+        [latent.population(model, lambda z, w=w: z @ w.T, name).L_un for w in W], dtype=_F64
+    )  # (K,)
+    empirical = losses.binary(name)(q).mean(-1)  # (K, N)
+    return (empirical - exact[:, None]).abs().amax(0)
+
+
 @statement("S7_coverage", instances=54)
 def _s7_coverage(seed: int, instance: int, constants: Constants) -> list[Row]:
     """Coverage of Gamma_M: P_S[sup_f |L_un(f) - Lhat_un(f)| <= gamma_scale Gamma_M(S, delta)].
@@ -71,11 +83,7 @@ def _s7_coverage(seed: int, instance: int, constants: Constants) -> list[Row]:
     }
     rows = []
     for name in losses.BINARY_LOSSES:
-        exact = torch.tensor(
-            [latent.population(model, lambda z, w=w: z @ w.T, name).L_un for w in W], dtype=_F64
-        )  # (K,)
-        empirical = losses.binary(name)(q).mean(-1)  # (K, N)
-        deviation = (empirical - exact[:, None]).abs().amax(0)  # (N,)
+        deviation = _sup_deviation(model, W, q, name)  # (N,)
         gamma = torch.tensor(
             [bounds.saunshi_gamma(r, M, R, delta, name).value for r in rs], dtype=_F64
         )  # (N,)

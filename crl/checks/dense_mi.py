@@ -10,7 +10,8 @@ import torch
 
 from crl.checks._instances import _F64, Row, _instance_generator, _randint, _row, _uniform
 from crl.checks._registry import statement
-from crl.kernels import dense, stats
+from crl.kernels import stats
+from crl.kernels.dense import info_nce as dense
 
 if TYPE_CHECKING:
     from crl.checks import Constants

@@ -73,7 +73,6 @@ def run(
     ] = False,
 ) -> None:
     """Run (or resume) the Prefect flow bound_grid over the config's (m, n) grid."""
-    from crl.core import config as crl_config
     from crl.core.errors import ConfigError
     from crl.orchestration import local_prefect, runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
@@ -81,7 +80,6 @@ def run(
     try:
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
-        cfg = crl_config.load(config, set_)
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
         local_prefect.prefect_local_env()
     except ConfigError as err:
@@ -92,9 +90,12 @@ def run(
     prefect_ready = local_prefect.start_server()
     with _interruptible():
         try:
-            from crl.steps.runfolder import prepare
+            from crl.core.places import resolved
+            from crl.steps.runfolder import prepare_run
 
-            prepare(cfg, out, local=runtime.is_local(ray_address))  # every check before work
+            # every check before work, once: the flow takes the prepared run
+            local = runtime.is_local(ray_address)
+            prepare_run(config, list(set_), resolved(out), None, local, hand_over=True)
             from crl.orchestration.flows import bound_grid
 
             prefect_ready()

@@ -7,7 +7,7 @@ The dataset sections are crl.core.datasets (re-exported here).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -24,7 +24,7 @@ from crl.core.datasets import PairedParquetData as PairedParquetData
 from crl.core.datasets import ParquetData as ParquetData
 from crl.core.datasets import SyntheticData as SyntheticData
 from crl.core.datasets import is_paired as is_paired
-from crl.core.dense_config import DenseConfig, PretrainConfig
+from crl.core.dense_config import DenseConfig
 from crl.core.errors import ConfigError as ConfigError
 from crl.core.fingerprints import input_fingerprints
 from crl.core.grid_config import GRID_AXES as GRID_AXES
@@ -37,6 +37,7 @@ from crl.core.grid_config import objectives as objectives
 from crl.core.ladder_config import LadderConfig as LadderConfig
 from crl.core.overrides import parse_override, with_overrides
 from crl.core.places import PATH_FIELDS, resolved_fields
+from crl.core.pretrain_config import PretrainConfig
 from crl.core.run_config import Run, drop, read_yaml
 from crl.core.strict import Strict as _Strict
 from crl.core.validation import validated
@@ -144,6 +145,7 @@ class Config(Run):
         "eval.oracle_anchors",
         "eval.ladder",
         "inputs",
+        "families",
     )
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
@@ -155,6 +157,9 @@ class Config(Run):
     eval: EvalConfig = EvalConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     dense: DenseConfig | None = None
+    # the sections of families registered as plugins (crl.steps.families), by family name;
+    # each family validates its own section
+    families: dict[str, dict[str, Any]] | None = None
     # {config field: content fingerprint} of the external files the run reads, set by `load`
     # (crl.core.fingerprints); part of the hash, so a changed file gives a new run. A value
     # written in the YAML is replaced.
@@ -173,7 +178,7 @@ class Config(Run):
         if (self.dataset is None) != (self.grid is None):
             missing, given = ("dataset", "grid") if self.dataset is None else ("grid", "dataset")
             raise ValueError(f"{missing}: required key is missing (it goes with {given})")
-        if self.grid is None and self.dense is None:
+        if self.grid is None and self.dense is None and not self.families:
             raise ValueError("grid: required key is missing (or give a dense section)")
         return self
 

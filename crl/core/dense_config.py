@@ -15,12 +15,13 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
+from crl.core.pretrain_config import PretrainConfig
 from crl.core.strict import Strict as _Strict
 from crl.core.strict import non_empty_unique
 
 
 class ShapesImages(_Strict):
-    """crl's procedural images (crl.kernels.images): objects with per-pixel class labels."""
+    """crl's procedural images (crl.kernels.dense.images): objects with per-pixel class labels."""
 
     kind: Literal["shapes"]
     size: int = Field(48, ge=8, le=512)
@@ -169,65 +170,6 @@ class DenseEval(_Strict):
     delta: float = Field(0.05, gt=0, lt=1)
     test_images: int = Field(128, ge=2)
     mi_images: int = Field(128, ge=2)
-
-
-class PretrainConfig(_Strict):
-    """Contrastive pretraining on a split of images that no cell and no held-out evaluation ever
-    draws from, on Ray Train (crl.steps.pretrain): of the dense section's random_conv backbone
-    (`dense.pretrain`), or of the small_cnn encoder of the grid's cells (`encoder.pretrain`,
-    nt_xent on the dataset's image rows, views by its augmentation: crl.steps.data).
-
-    `objective`: "nt_xent" (SimCLR: the pooled features of two augmented views through an MLP
-    projection; the negatives are every other image of the global batch, over all workers) or
-    "densecl" ((1 - lam) global + lam dense InfoNCE against queues of `queue` keys from a
-    momentum encoder; dense positives by the crops' geometric correspondence). Views are
-    drawn afresh every epoch with `views`' augmentations. `images` pretraining images are
-    generated (shapes: a stream of their own); finite sources (digits, user Parquet) give
-    `fraction` of their rows, taken from train.
-    `checkpoints`: the epochs after which the backbone is embedded and becomes the cells' axis
-    encoder_epoch (0: the random initialisation). `batch` is the global batch, split evenly
-    over `workers` (Ray Train workers, one GPU each when the cluster has GPUs and `use_gpu`
-    is "auto" or true). Adam with learning rate `lr`.
-    """
-
-    objective: Literal["nt_xent", "densecl"] = "densecl"
-    epochs: int = Field(ge=1, le=10000)
-    checkpoints: list[Annotated[int, Field(ge=0)]] | None = None
-    images: int = Field(4096, ge=2)
-    fraction: float = Field(0.3, gt=0, lt=1)
-    batch: int = Field(64, ge=2)
-    lr: float = Field(1e-3, gt=0)
-    temperature: float = Field(0.2, gt=0)
-    lam: float = Field(0.5, ge=0, le=1)
-    queue: int = Field(1024, ge=1)
-    momentum: float = Field(0.99, ge=0, lt=1)
-    projection: int = Field(64, ge=1)
-    workers: int = Field(1, ge=1)
-    use_gpu: Literal["auto"] | bool = "auto"
-    seed: int = 0
-
-    def given(self, field: str) -> bool:
-        """Whether `field` was given a value other than its default (a config read back from a
-        run folder's config.json has every default written out, and means the same)."""
-        default = type(self).model_fields[field].default
-        return field in self.model_fields_set and getattr(self, field) != default
-
-    @property
-    def embedded(self) -> list[int]:
-        """The epochs whose encoder is embedded (the cells' encoder_epoch axis), in order."""
-        return sorted(self.checkpoints or [0, self.epochs])
-
-    @model_validator(mode="after")
-    def _checkpoints(self) -> PretrainConfig:
-        if self.checkpoints is not None:
-            non_empty_unique(self.checkpoints)
-        if self.embedded[-1] > self.epochs:
-            raise ValueError(
-                f"checkpoints: epoch {self.embedded[-1]} is after the last epoch ({self.epochs})"
-            )
-        if self.batch < 2 * self.workers:
-            raise ValueError(f"batch: {self.batch} images over {self.workers} workers is < 2 each")
-        return self
 
 
 class DenseConfig(_Strict):

@@ -11,7 +11,7 @@ sphere. The projections are discarded after pretraining: the cells see the backb
 * DenseCL (Wang et al. 2021): queries from the trained encoder on view 1, keys from a momentum
   (exponential moving average) copy on view 2, and two queues of past keys as negatives;
   (1 - lam) L_global + lam L_dense, each branch the per-image loss h of
-  crl.kernels.dense_image (regime sscrl: one queue shared by every image; negatives "ext"). The
+  crl.kernels.dense.image (regime sscrl: one queue shared by every image; negatives "ext"). The
   dense positive of a view-1 position is its geometric correspondent in view 2 (from the crops'
   boxes) where DenseCL takes the argmax of the backbone's similarities; an image whose views do
   not overlap has no dense positive and is left out of the step's loss.
@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from crl.kernels import dense_image, losses
+from crl.kernels import losses
+from crl.kernels.dense import image as dense_image
 
 __all__ = [
     "ContrastiveEncoder",

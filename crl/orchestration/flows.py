@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import polars as pl
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -22,8 +21,9 @@ from crl.orchestration import artifacts, deploy, runtime, stages
 from crl.orchestration.executor import Executor, make_executor
 from crl.orchestration.runtime import is_local
 from crl.steps import aggregate as aggregate_step
-from crl.steps import catalogue, check_report, check_tables, report, tables
-from crl.steps.runfolder import CheckPaths, RunPaths, prepare, prepare_checks
+from crl.steps import catalogue, check_report, check_tables, report
+from crl.steps.run_paths import CheckPaths, RunPaths
+from crl.steps.runfolder import prepare_checks, prepare_run
 
 
 @dataclass(frozen=True)
@@ -98,26 +98,8 @@ def aggregate(
     config: crl_config.Config, paths: RunPaths, cell_files: list[Path]
 ) -> tuple[int, int]:
     prov = runtime.provenance(config.hash(), config.run_id(), config.inputs)
-    ms = config.eval.m_star
-    spec = tables.MStarSpec(
-        tuple(config.m_star_metrics()),
-        ms.delta,
-        tuple(ms.deltas),
-        ms.bootstrap,
-        ms.confidence,
-        config.seed,
-    )
-    cells_table, _ = aggregate_step.write_grid_tables_if_changed(
-        cell_files, paths.tables, paths.staging, prov, spec
-    )
-    if config.pretrainings():
-        roots = stages.pretrain_roots(config, paths)
-        aggregate_step.write_pretrain_table(roots, paths.tables, paths.staging, prov)
-    flags = [c for c in tables.CHECKED_HOLDS if c in cells_table.columns]
-    if not flags:
-        return 0, 0
-    checked = pl.concat([cells_table[c].drop_nulls().cast(pl.Int64) for c in flags])
-    return checked.len(), int(checked.sum() or 0)
+    roots = [p.root for p in stages.pretrainings(config, paths)]
+    return aggregate_step.aggregate_run(config, paths, cell_files, prov, roots)
 
 
 @task(name="report", cache_policy=NO_CACHE)
@@ -142,10 +124,15 @@ def bound_grid(
     `config_path` and `out` are read against this process's working directory (a deployment's
     worker runs in the repository), the path fields of the config and its overrides against
     `workdir` (default: the same), the folder a deployment was made from (crl.core.places)."""
-    config_path, out = resolved(config_path), resolved(out)
-    config = crl_config.load(config_path, overrides or [], base=workdir)
-    deploy.check_code_overrides(config, overrides or [])  # before anything imports the module
-    paths = prepare(config, out, local=is_local(ray_address))
+    overrides = overrides or []
+    config, paths = prepare_run(  # the code override check before anything imports the module
+        config_path,
+        overrides,
+        resolved(out),
+        workdir,
+        is_local(ray_address),
+        guard=lambda config: deploy.check_code_overrides(config, overrides),
+    )
     clock = _StageClock()
     runner = make_executor(executor, ray_address)
     runner.start()

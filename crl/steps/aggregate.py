@@ -11,11 +11,13 @@ from pathlib import Path
 
 import polars as pl
 
+from crl.core.config import Config
 from crl.kernels import rates, saturation, stats
 from crl.kernels import tracking as ranks
-from crl.steps import digest, frontier, oracle, schema, tables, tracking
+from crl.steps import digest, families, frontier, oracle, schema, tables, tracking
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.pretrain import epoch_rows
+from crl.steps.run_paths import RunPaths
 
 GRID_TABLES = ("cells", "summary", "fits", "frontier", "tracking")
 BUILT_FROM = ".built-from"  # in tables/: the digest of the cells, spec and code they came from
@@ -30,7 +32,7 @@ def write_grid_tables(
 ) -> dict[str, pl.DataFrame]:
     """Build and atomically write the grid's tables from the cell files; returns them."""
     cells, oracles = oracle.split_oracle(tables.collect_cells(cell_files, provenance))
-    summary = tables.summarise(cells)
+    summary = tables.summarise(cells, tuple(families.summarised()), tuple(families.checked_holds()))
     fitted = tables.fits(summary, cells, m_star)
     out = {
         "cells": cells,
@@ -88,3 +90,39 @@ def write_pretrain_table(
     described = schema.describe("pretrain", frame.to_arrow())
     write_parquet_atomic(described, tables_dir / "pretrain.parquet", staging)
     return frame
+
+
+def m_star_spec(config: Config) -> tables.MStarSpec:
+    """The fits table's m*(n) settings of a config (eval.m_star)."""
+    ms = config.eval.m_star
+    return tables.MStarSpec(
+        tuple(config.m_star_metrics()),
+        ms.delta,
+        tuple(ms.deltas),
+        ms.bootstrap,
+        ms.confidence,
+        config.seed,
+    )
+
+
+def aggregate_run(
+    config: Config,
+    paths: RunPaths,
+    cell_files: list[Path],
+    provenance: dict[str, str],
+    pretrain_roots: list[Path],
+) -> tuple[int, int]:
+    """The aggregate stage of a run: its grid tables (skipped when current), its pretrain table,
+    then how many (cell, inequality) pairs were checked and how many held: every certified
+    inequality of the shared lists and of the registered families' own."""
+    cells_table, _ = write_grid_tables_if_changed(
+        cell_files, paths.tables, paths.staging, provenance, m_star_spec(config)
+    )
+    if pretrain_roots:
+        write_pretrain_table(pretrain_roots, paths.tables, paths.staging, provenance)
+    checked_holds = [*tables.CHECKED_HOLDS, *families.checked_holds()]
+    flags = [c for c in checked_holds if c in cells_table.columns]
+    if not flags:
+        return 0, 0
+    checked = pl.concat([cells_table[c].drop_nulls().cast(pl.Int64) for c in flags])
+    return checked.len(), int(checked.sum() or 0)

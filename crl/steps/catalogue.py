@@ -30,7 +30,7 @@ import polars as pl
 from crl.core.config import Config, validate
 from crl.core.errors import ConfigError
 from crl.steps.atomic import write_bytes_atomic
-from crl.steps.cells import all_keys
+from crl.steps.cells import all_items
 from crl.steps.tables import keys_of
 
 COMPARED = [
@@ -112,9 +112,9 @@ def _entry(folder: Path) -> dict:
     row["inputs"] = json.dumps(tree.get("inputs") or {}, sort_keys=True)
     try:
         config: Config = validate(tree)
+        row["cells_total"] = len(all_items(config))
     except ConfigError:
         return row | {"status": "unreadable"}
-    row["cells_total"] = len(all_keys(config))
     row["cells_done"] = len(list((folder / "cells").glob("*.parquet")))
     row["cells_failed"] = _failed(tables)
     written = (tables / "cells.parquet").is_file()

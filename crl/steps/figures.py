@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from crl.steps.atomic import write_bytes_atomic  # noqa: E402
+
+# how a section saves a figure: `save(fig, path)` writes it atomically (the staging is bound)
+Save = Callable[[plt.Figure, Path], None]
 
 
 def save_png(fig: plt.Figure, path: Path, staging: Path) -> None:

@@ -1,7 +1,7 @@
 """The README's picture (docs/quickstart.png): the quickstart's |gap| against n beside its
 certified bounds, for two (regime, loss) objectives, drawn from a run's summary table by the
-report's own gap panel (crl.steps.report.plot_gap). `crl docs figure runs/<quickstart run>`
-redraws it."""
+unimodal report's own gap panel (crl.steps.unimodal.report.plot_gap).
+`crl docs figure runs/<quickstart run>` redraws it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
-from crl.steps import report
+from crl.steps.figures import save_png
+from crl.steps.unimodal import report
 
 OBJECTIVES = (("one_negative", "logistic"), ("scrl", "info_nce"))
 
@@ -29,5 +30,5 @@ def draw(tables: Path, path: Path, staging: Path) -> Path:
     missing = [o for o in OBJECTIVES if shown.filter(pl.col("regime") == o[0]).is_empty()]
     if missing:
         raise ValueError(f"{tables / 'summary.parquet'}: no cells of {missing}")
-    report.plot_gap(shown, path, staging, "n")
+    report.plot_gap(shown, path, lambda fig, p: save_png(fig, p, staging), "n")
     return path

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-from crl.core.dense_config import PretrainConfig
+from crl.core.pretrain_config import PretrainConfig
 from crl.kernels import pretrain as objectives
 from crl.kernels.seeding import generator
 from crl.steps import store
@@ -160,6 +160,50 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
+def _restore(
+    job: PretrainJob,
+    encoder: nn.Module,
+    key: nn.Module | None,
+    queues: tuple[objectives.Queue, ...],
+) -> tuple[int, dict | None]:
+    """The state of the last finished epoch loaded into the encoder, its momentum copy and the
+    queues: that epoch and the optimizer's state (0 and None when none finished)."""
+    start = finished_epochs(job)
+    if not start:
+        return 0, None
+    state = torch.load(job.state, map_location="cpu", weights_only=True)
+    encoder.load_state_dict(state["encoder"])
+    if key is not None:
+        key.load_state_dict(state["key"])
+    for q, s in zip(queues, state["queues"], strict=True):
+        q.load(s)
+    return start, state["optimizer"]
+
+
+def _finish_epoch(
+    job: PretrainJob,
+    row: dict,
+    encoder: nn.Module,
+    key: nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    queues: tuple[objectives.Queue, ...],
+) -> None:
+    """Rank 0 at the end of an epoch: its checkpoint (when chosen), the state to resume from,
+    then its row: an epoch's row on disk means a rerun continues after that epoch."""
+    epoch = row["epoch"]
+    if epoch in job.pretrain.embedded:
+        _save(encoder.backbone.state_dict(), job.checkpoint(epoch), job.staging)
+    state = {
+        "epoch": epoch,
+        "encoder": encoder.state_dict(),
+        "key": key.state_dict() if key is not None else {},
+        "optimizer": optimizer.state_dict(),
+        "queues": [q.state() for q in queues],
+    }
+    _save(state, job.state, job.staging)
+    write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
+
+
 def train(job: PretrainJob, ctx: Context) -> None:
     """Train from the last finished epoch (or the start) to pretrain.epochs."""
     p = job.pretrain
@@ -178,16 +222,7 @@ def train(job: PretrainJob, ctx: Context) -> None:
         objectives.Queue(p.queue, p.projection, generator(p.seed, "pretrain-queue", i))
         for i in range(2)
     )
-    optimizer_state = None
-    start = finished_epochs(job)
-    if start:
-        state = torch.load(job.state, map_location="cpu", weights_only=True)
-        encoder.load_state_dict(state["encoder"])
-        if key is not None:
-            key.load_state_dict(state["key"])
-        for q, s in zip(queues, state["queues"], strict=True):
-            q.load(s)
-        optimizer_state = state["optimizer"]
+    start, optimizer_state = _restore(job, encoder, key, queues)
     for q in queues:
         q.keys = q.keys.to(ctx.device)
     if start == 0 and ctx.rank == 0 and 0 in p.embedded:
@@ -245,18 +280,7 @@ def train(job: PretrainJob, ctx: Context) -> None:
             "images_per_second": seen / seconds,
         }
         if ctx.rank == 0:
-            if epoch in p.embedded:
-                _save(_unwrap(model).backbone.state_dict(), job.checkpoint(epoch), job.staging)
-            state = {
-                "epoch": epoch,
-                "encoder": _unwrap(model).state_dict(),
-                "key": key.state_dict() if key is not None else {},
-                "optimizer": optimizer.state_dict(),
-                "queues": [q.state() for q in queues],
-            }
-            _save(state, job.state, job.staging)
-            # the row last: an epoch's row on disk means a rerun continues after that epoch
-            write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
+            _finish_epoch(job, row, _unwrap(model), key, optimizer, queues)
 
 
 def epoch_rows(root: Path) -> pa.Table | None:

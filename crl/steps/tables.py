@@ -101,9 +101,13 @@ def collect_cells(cell_files: list[Path], provenance: dict[str, str]) -> pl.Data
     return with_provenance(frame, provenance)
 
 
-def summarise(cells: pl.DataFrame) -> pl.DataFrame:
-    """Mean, std and 95% t-interval half-width over seeds for each (dataset, regime, loss, m, n)."""
-    present = [c for c in SUMMARISED if c in cells.columns]
+def summarise(
+    cells: pl.DataFrame, summarised: tuple[str, ...] = (), holds: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """Mean, std and 95% t-interval half-width over seeds for each (dataset, regime, loss, m, n);
+    `summarised` and `holds`: further columns (a plugin family's own: crl.steps.family.Columns)
+    aggregated as SUMMARISED and HOLDS are."""
+    present = [c for c in [*SUMMARISED, *summarised] if c in cells.columns]
     aggs = [pl.len().alias("seeds")]
     for col in present:
         aggs += [
@@ -112,7 +116,11 @@ def summarise(cells: pl.DataFrame) -> pl.DataFrame:
         ]
     columns = set(cells.columns)
     aggs += [
-        *(pl.col(h).cast(pl.Float64).mean().alias(f"{h}_fraction") for h in HOLDS if h in columns),
+        *(
+            pl.col(h).cast(pl.Float64).mean().alias(f"{h}_fraction")
+            for h in [*HOLDS, *holds]
+            if h in columns
+        ),
         *(pl.col(c).first().alias(c) for c in FIRST if c in columns),
         *(pl.col(c).cast(pl.Float64).mean().alias(f"{c}_mean") for c in MEANS if c in columns),
     ]

@@ -1,4 +1,4 @@
-"""crl.kernels.crops: torchvision's crop rule transcribed as a loop, resampling checked on a
+"""crl.kernels.dense.crops: torchvision's crop rule transcribed as a loop, resampling checked on a
 coordinate ramp, and the grid correspondence against an exhaustive integer-exact brute force
 and against the pixels the rendered views actually show."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from crl.kernels import crops
+from crl.kernels.dense import crops
 
 F64 = torch.float64
 

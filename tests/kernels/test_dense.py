@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from crl import dense
-from crl.kernels import dense as kernels_dense
+from crl.kernels.dense import info_nce as kernels_dense
 
 
 def _gen(seed: int) -> torch.Generator:

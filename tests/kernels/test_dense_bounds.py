@@ -1,4 +1,4 @@
-"""crl.kernels.dense_bounds against docs/theory/dense-bounds.md: its formulas written out here
+"""crl.kernels.dense.bounds against docs/theory/dense-bounds.md: its formulas written out here
 (naive loops, explicit matrices, float64), the numbers its sections 3, 5, 6, 7.2-7.5 and 8 quote,
 gradient checks of the Lipschitz constants, and the validity rule of the MI bound."""
 
@@ -10,7 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from crl.kernels import certified, dense, dense_bounds, dense_mi, dense_queue
+from crl.kernels import certified
+from crl.kernels.dense import bounds as dense_bounds
+from crl.kernels.dense import info_nce as dense
+from crl.kernels.dense import mi as dense_mi
+from crl.kernels.dense import queue as dense_queue
 from crl.kernels.loss_constants import loss_constants
 
 F64 = torch.float64

@@ -1,4 +1,4 @@
-"""crl.kernels.dense_image: the per-image dense loss h (docs/theory/dense-bounds.md D4) against a
+"""crl.kernels.dense.image: the per-image dense loss h (docs/theory/dense-bounds.md D4) against a
 naive loop over images, positions and negatives in float64, and DenseCL's combined objective."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from crl.kernels import dense_image
+from crl.kernels.dense import image as dense_image
 
 F64 = torch.float64
 

@@ -1,12 +1,12 @@
-"""crl.kernels.images: determinism, ranges, label/pixel consistency, every class appears, and a
-per-pixel linear probe that beats the background baseline without solving the task."""
+"""crl.kernels.dense.images: determinism, ranges, label/pixel consistency, every class appears,
+and a per-pixel linear probe that beats the background baseline without solving the task."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from crl.kernels import images
+from crl.kernels.dense import images
 
 
 def _gen(seed: int) -> torch.Generator:

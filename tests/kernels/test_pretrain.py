@@ -7,8 +7,9 @@ import math
 import torch
 from torch import nn
 
-from crl.kernels import crops, losses
+from crl.kernels import losses
 from crl.kernels import pretrain as objectives
+from crl.kernels.dense import crops
 from crl.kernels.encoders import RandomConv
 
 F64 = torch.float64

@@ -12,7 +12,8 @@ import torch
 from crl.core.config import Config, load
 from crl.orchestration import stages
 from crl.orchestration.executor import LocalExecutor
-from crl.steps.runfolder import RunPaths
+from crl.steps.dense.family import dense_pretrain_job
+from crl.steps.run_paths import RunPaths
 from tests.conftest import crl
 from tests.orchestration.test_bound_grid import write_config
 from tests.steps.dense.test_pretrain import PRETRAIN, SHAPES
@@ -37,7 +38,7 @@ def test_a_finished_pretraining_is_reused_and_a_lost_checkpoint_retrained(
     config, paths = setup
     assert stages.pretrain(config, paths, LocalExecutor(), progress=False) == 2
     assert stages.pretrain(config, paths, LocalExecutor(), progress=False) == 0
-    job = stages.dense_pretrain_job(config, paths)
+    job = dense_pretrain_job(config, paths)
     kept = torch.load(job.checkpoint(2), weights_only=True)
     job.checkpoint(2).unlink()
     assert stages.pretrain(config, paths, LocalExecutor(), progress=False) == 2
@@ -120,8 +121,9 @@ def test_a_run_with_both_pretrainings_keeps_them_apart(tmp_path: Path) -> None:
         }
     )
     paths = RunPaths(tmp_path / config.run_id())
-    jobs = stages.pretrain_jobs(config, paths)
-    assert [section for section, _ in jobs] == ["encoder.pretrain", "dense.pretrain"]
-    assert [job.root for _, job in jobs] == stages.pretrain_roots(config, paths)
+    plans = stages.pretrainings(config, paths)
+    assert [p.section for p in plans] == ["encoder.pretrain", "dense.pretrain"]
+    jobs = [(p.section, p.job()) for p in plans]
+    assert [job.root for _, job in jobs] == [p.root for p in plans]
     assert [job.task.family for _, job in jobs] == ["unimodal", "dense"]
     assert jobs[0][1].root != jobs[1][1].root

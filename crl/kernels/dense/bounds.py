@@ -13,8 +13,8 @@ docs/theory/dense-bounds.md use them.
 
 - `gamma_dense_V`, `gamma_dense_S`: Thm D4 (S-form, data-dependent) from `DenseStats`.
 - `gamma_dense_E`: Thm D5 (E-form, data-free, regularity (R), one positive per position).
-The shared queue (Thms D6-D8) is crl.kernels.dense_queue.
-Prop. D9's lower confidence bound on I(U; V) is crl.kernels.dense_mi.
+The shared queue (Thms D6-D8) is crl.kernels.dense.queue.
+Prop. D9's lower confidence bound on I(U; V) is crl.kernels.dense.mi.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Two augmented views per image with their geometry, and the grid correspondence between them.
 
-Conventions (shared with crl.kernels.dense.geometric_correspondence):
+Conventions (shared with crl.kernels.dense.info_nce.geometric_correspondence):
 * Image coordinates are continuous: pixel (row i, column j) of an H x W image is the unit square
   [j, j+1) x [i, i+1), its centre is (j + 0.5, i + 0.5), and the image is [0, W) x [0, H).
 * A box (x0, y0, x1, y1) is a half-open rectangle [x0, x1) x [y0, y1) in image coordinates;
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from crl.kernels import _validate
-from crl.kernels.dense import geometric_correspondence
+from crl.kernels.dense.info_nce import geometric_correspondence
 
 __all__ = [
     "Views",

@@ -2,7 +2,7 @@
 
 Dense InfoNCE over corresponding grid positions of two views, its mutual-information lower bound,
 and geometric and feature-argmax correspondences. Kernels are pure functions of tensors on the
-device of their inputs; the queue and the momentum update are in crl.kernels.memory.
+device of their inputs; the queue and the momentum update are in crl.kernels.dense.memory.
 """
 
 from __future__ import annotations
@@ -133,6 +133,40 @@ class _ChunkedPairLosses(torch.autograd.Function):
         return g_anchor, g_v2, None, None, None, None, None, None
 
 
+def _checked(
+    v1: torch.Tensor, v2: torch.Tensor, queue: torch.Tensor | None, pairs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """dense_info_nce's tensors validated: views (B, K1, C) and (B, K2, C) of one dtype, the
+    queue (Q, C) of that dtype (detached), pairs (P, 3) int64 on the views' device with every
+    column in range."""
+    v1, v2 = _validate.floating("v1", v1), _validate.floating("v2", v2)
+    _validate.shape("v1", v1, "(B, K1, C) with B, K1, C >= 1", v1.ndim == 3 and v1.numel() > 0)
+    B, K1, C = v1.shape
+    _validate.shape(
+        "v2",
+        v2,
+        f"({B}, K2, {C}) with K2 >= 1",
+        v2.ndim == 3 and v2.shape[0] == B and v2.shape[1] >= 1 and v2.shape[2] == C,
+    )
+    K2 = v2.shape[1]
+    if v2.dtype != v1.dtype:
+        raise ValueError(f"v2 has dtype {v2.dtype}: expected {v1.dtype} (dtype of v1)")
+    if queue is not None:
+        queue = _validate.floating("queue", queue).detach()
+        _validate.shape("queue", queue, f"(Q, {C})", queue.ndim == 2 and queue.shape[1] == C)
+        if queue.dtype != v1.dtype:
+            raise ValueError(f"queue has dtype {queue.dtype}: expected {v1.dtype} (dtype of v1)")
+    pairs = _pairs_tensor(pairs, 3).to(v1.device)
+    b, k1, k2 = pairs.unbind(1)  # (P,) each
+    for name, col, high in (("b", b, B), ("k1", k1, K1), ("k2", k2, K2)):
+        if bool((col < 0).any() or (col >= high).any()):
+            raise ValueError(
+                f"pairs column {name} spans [{int(col.min())}, {int(col.max())}]: "
+                f"expected values in [0, {high})"
+            )
+    return v1, v2, queue, pairs
+
+
 def dense_info_nce(
     v1: torch.Tensor,
     v2: torch.Tensor,
@@ -173,31 +207,10 @@ def dense_info_nce(
     T = _validate.positive("temperature", temperature)
     _validate.at_least("chunk", chunk, 1)
     _validate.choice("path", path, PATHS)
-    v1, v2 = _validate.floating("v1", v1), _validate.floating("v2", v2)
-    _validate.shape("v1", v1, "(B, K1, C) with B, K1, C >= 1", v1.ndim == 3 and v1.numel() > 0)
+    v1, v2, queue, pairs = _checked(v1, v2, queue, pairs)
     B, K1, C = v1.shape
-    _validate.shape(
-        "v2",
-        v2,
-        f"({B}, K2, {C}) with K2 >= 1",
-        v2.ndim == 3 and v2.shape[0] == B and v2.shape[1] >= 1 and v2.shape[2] == C,
-    )
     K2 = v2.shape[1]
-    if v2.dtype != v1.dtype:
-        raise ValueError(f"v2 has dtype {v2.dtype}: expected {v1.dtype} (dtype of v1)")
-    if queue is not None:
-        queue = _validate.floating("queue", queue).detach()
-        _validate.shape("queue", queue, f"(Q, {C})", queue.ndim == 2 and queue.shape[1] == C)
-        if queue.dtype != v1.dtype:
-            raise ValueError(f"queue has dtype {queue.dtype}: expected {v1.dtype} (dtype of v1)")
-    pairs = _pairs_tensor(pairs, 3).to(v1.device)
     b, k1, k2 = pairs.unbind(1)  # (P,) each
-    for name, col, high in (("b", b, B), ("k1", k1, K1), ("k2", k2, K2)):
-        if bool((col < 0).any() or (col >= high).any()):
-            raise ValueError(
-                f"pairs column {name} spans [{int(col.min())}, {int(col.max())}]: "
-                f"expected values in [0, {high})"
-            )
     position = b * K1 + k1  # (P,) flat anchor position id
     if torch.unique(position * K2 + k2).numel() != pairs.shape[0]:
         raise ValueError("pairs has duplicate rows: expected each (b, k1, k2) at most once")

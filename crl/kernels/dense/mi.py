@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from crl.kernels import _validate
-from crl.kernels.dense_bounds import dense_range
+from crl.kernels.dense.bounds import dense_range
 
 __all__ = ["NEGATIVE_LAWS", "MiBound", "mi_lcb"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from crl.kernels import _validate
 from crl.kernels.certified import Certificate, smooth_bias
-from crl.kernels.dense_bounds import DenseStats, gamma_dense_E, gamma_dense_S
+from crl.kernels.dense.bounds import DenseStats, gamma_dense_E, gamma_dense_S
 
 __all__ = [
     "InnerBound",

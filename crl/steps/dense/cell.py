@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from crl.core.config import Config
-from crl.kernels import dense_image, metrics, stats
+from crl.core.dense_config import DenseHead
+from crl.kernels import metrics, stats
+from crl.kernels.dense import image as dense_image
 from crl.kernels.seeding import generator, short_hash
-from crl.kernels.solver import SolverSpec, apg, autograd, project_ball
+from crl.kernels.solver import Solution, SolverSpec, apg, autograd, project_ball
 from crl.steps.dense import certify as dense_certify
 from crl.steps.dense.features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
 from crl.steps.signal import signal_columns
@@ -66,9 +68,7 @@ class DenseKey:
 
 
 def dense_keys(config: Config) -> list[DenseKey]:
-    """Every dense cell of the config, in grid order (none without a dense section)."""
-    if config.dense is None:
-        return []
+    """Every dense cell of the config's dense section, in grid order."""
     g = config.dense.grid
     pretrain = config.dense.pretrain
     return [
@@ -191,6 +191,103 @@ def draw_train(
     return _batch(features.train, rows, corr, neg), neg, gen
 
 
+def _fit(
+    train: Batch,
+    negatives: str,
+    lam: float,
+    shape: tuple[int, int],
+    R: float,
+    T: float,
+    head: DenseHead,
+    gen: torch.Generator,
+) -> Solution:
+    """The head W (d x p) in the ball ||W||_F <= R minimising the training objective, by
+    accelerated projected gradient from a random start at half the radius."""
+    start = torch.randn(*shape, generator=gen, dtype=F64)
+    start = start * (0.5 * R / float(start.norm()))
+    value, value_and_grad = autograd(lambda W: _objective(W, train, negatives, T, lam).mean())
+    return apg(
+        value,
+        value_and_grad,
+        lambda W: project_ball(W, R),
+        start,
+        SolverSpec(head.tol, head.max_iter),
+    )
+
+
+def _mi_losses(
+    W: torch.Tensor,
+    features: DenseFeatures,
+    corr: str,
+    m: int,
+    T: float,
+    images: int,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor | None, str]:
+    """The dense InfoNCE losses of up to `images` held-out images, each against m external
+    negatives disjoint from every other image's (the MI estimate's sample), or None and why."""
+    kept = torch.from_numpy(features.test.kept(corr))[:images]
+    count = min(kept.numel(), features.pool.kept(corr).size // m)
+    why = (
+        f"not computed: the pool has {features.pool.kept(corr).size} images, fewer than "
+        f"2 x m = {2 * m} needed for two held-out images with disjoint negatives"
+    )
+    if count < 2:
+        return None, why
+    negatives = pool_disjoint(features.pool, corr, count, m, gen)
+    batch = _batch(features.test, kept[:count], corr, negatives)
+    return _branch_losses(W, batch, "ext", T, 1.0)[0], why
+
+
+def _branches(train: Batch, key: DenseKey) -> list[dense_certify.Branch]:
+    """The objective's branches as the bounds take them: the dense one, and with lam < 1 the
+    global one (pooled features, one position matched to itself, external negatives)."""
+    branches = [
+        dense_certify.Branch(train.phi1, train.phi2, train.match, train.neg, key.negatives, key.lam)
+    ]
+    if key.lam < 1.0:
+        zero = torch.zeros(key.n, 1, dtype=torch.int64)
+        branches.append(
+            dense_certify.Branch(
+                train.pooled1, train.pooled2, zero, train.pooled_neg, "ext", 1 - key.lam
+            )
+        )
+    return branches
+
+
+def _shared_gaps(
+    W: torch.Tensor, same: Batch, key: DenseKey, T: float, train_loss: float, test_loss: float
+) -> dict:
+    """sscrl: the held-out loss against the training queue itself (test_loss_shared), and the
+    gap's outer part (against the same queue) and inner part (a fresh queue against it)."""
+    loss_y = float(_objective(W, same, key.negatives, T, key.lam).mean())
+    return {
+        "test_loss_shared": loss_y,
+        "gap_outer": loss_y - train_loss,
+        "gap_inner": test_loss - loss_y,
+    }
+
+
+def _key_columns(key: DenseKey, cell_id: str, d: int, features: DenseFeatures) -> dict:
+    """The columns that name a dense cell: its key, and the head's and features' widths."""
+    return {
+        "cell_id": cell_id,
+        "family": "dense",
+        "regime": key.regime,
+        "loss": key.loss,
+        "negatives": key.negatives,
+        "correspondence": key.correspondence,
+        "lam": key.lam,
+        "m": key.m,
+        "n": key.n,
+        "seed": key.seed,
+        "encoder_epoch": key.encoder_epoch,
+        "d": d,
+        "p": features.p,
+        "positions": features.positions,
+    }
+
+
 def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseFeatures) -> dict:
     """Fit and evaluate one dense cell; returns its row (without provenance)."""
     started = time.perf_counter()
@@ -202,16 +299,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     corr, shared = key.correspondence, key.regime == "sscrl"
     train, neg, gen = draw_train(config, key, cell_id, features)
 
-    start = torch.randn(d, features.p, generator=gen, dtype=F64)
-    start = start * (0.5 * R / float(start.norm()))
-    value, value_and_grad = autograd(lambda W: _objective(W, train, key.negatives, T, lam).mean())
-    solution = apg(
-        value,
-        value_and_grad,
-        lambda W: project_ball(W, R),
-        start,
-        SolverSpec(head.tol, head.max_iter),
-    )
+    solution = _fit(train, key.negatives, lam, (d, features.p), R, T, head, gen)
     W = solution.params.detach()
     with torch.no_grad():
         train_dense, train_glob = _branch_losses(W, train, key.negatives, T, lam)
@@ -225,61 +313,22 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         train_loss, test_loss = float(train_terms.mean()), float(test_terms.mean())
         gap = test_loss - train_loss
         ci = _held_out_ci(test_terms)
-        gaps: dict = {"gap": gap}
         shared_cols = {"test_loss_shared": None, "gap_outer": None, "gap_inner": None}
         if shared:
             same = _batch(features.test, test_kept, corr, neg)
-            loss_y = float(_objective(W, same, key.negatives, T, lam).mean())
-            shared_cols = {
-                "test_loss_shared": loss_y,
-                "gap_outer": loss_y - train_loss,
-                "gap_inner": test_loss - loss_y,
-            }
-            gaps["gap_outer"] = shared_cols["gap_outer"]
+            shared_cols = _shared_gaps(W, same, key, T, train_loss, test_loss)
+        gaps = {"gap": gap, **({"gap_outer": shared_cols["gap_outer"]} if shared else {})}
 
-        mi_kept = torch.from_numpy(features.test.kept(corr))[: ev.mi_images]
-        count = min(mi_kept.numel(), features.pool.kept(corr).size // m)
-        mi_neg = pool_disjoint(features.pool, corr, count, m, gen) if count >= 2 else None
-        mi_losses, why = (
-            None,
-            (
-                f"not computed: the pool has {features.pool.kept(corr).size} images, fewer than "
-                f"2 x m = {2 * m} needed for two held-out images with disjoint negatives"
-            ),
-        )
-        if mi_neg is not None:
-            mi_batch = _batch(features.test, mi_kept[:count], corr, mi_neg)
-            mi_losses = _branch_losses(W, mi_batch, "ext", T, 1.0)[0]
+        mi_losses, why = _mi_losses(W, features, corr, m, T, ev.mi_images, gen)
 
-    branches = [
-        dense_certify.Branch(train.phi1, train.phi2, train.match, train.neg, key.negatives, lam)
-    ]
-    if lam < 1.0:
-        zero = torch.zeros(key.n, 1, dtype=torch.int64)
-        branches.append(
-            dense_certify.Branch(
-                train.pooled1, train.pooled2, zero, train.pooled_neg, "ext", 1 - lam
-            )
-        )
+    branches = _branches(train, key)
     bounds_started = time.perf_counter()
-    bound_cols = dense_certify.bound_columns(branches, shared, m, d, R, T, ev.delta, gaps, ci)
+    setting = dense_certify.Setting(m, d, R, T, ev.delta)
+    bound_cols = dense_certify.bound_columns(branches, shared, setting, gaps, ci)
     bounds_seconds = time.perf_counter() - bounds_started
     loss_range = bound_cols["loss_range_hi"] - bound_cols["loss_range_lo"]
     row = {
-        "cell_id": cell_id,
-        "family": "dense",
-        "regime": key.regime,
-        "loss": key.loss,
-        "negatives": key.negatives,
-        "correspondence": key.correspondence,
-        "lam": lam,
-        "m": m,
-        "n": key.n,
-        "seed": key.seed,
-        "encoder_epoch": key.encoder_epoch,
-        "d": d,
-        "p": features.p,
-        "positions": features.positions,
+        **_key_columns(key, cell_id, d, features),
         "R": R,
         "temperature": T,
         "delta": ev.delta,

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from crl.kernels import dense_bounds, dense_mi, dense_queue
 from crl.kernels.certified import Certificate
+from crl.kernels.dense import bounds as dense_bounds
+from crl.kernels.dense import mi as dense_mi
+from crl.kernels.dense import queue as dense_queue
 from crl.kernels.stats import within
 
 
@@ -74,60 +76,100 @@ def _put(row: dict, name: str, cert: Certificate, gap: float | None, slack: floa
     row[f"{name}_holds"] = within(gap, cert.value, cert.value + slack)
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What a dense cell's bounds depend on besides its branches: m negatives, the head's
+    output width d and radius R, the temperature T and the confidence delta."""
+
+    m: int
+    d: int
+    R: float
+    T: float
+    delta: float
+
+
+def _certificates(
+    br: Branch, setting: Setting, level: float, N: int, shared: bool
+) -> tuple[dict[str, Certificate], dense_queue.InnerBound | None]:
+    """One branch's certificates at `level`, and at level / 2 for the simultaneous minimum
+    (SIMULTANEOUS): the per-image bounds (V, S, E forms), or with a shared queue its outer
+    bounds (S, E forms) and its inner bound."""
+    m, d, R, T = setting.m, setting.d, setting.R, setting.T
+    n, k, p = br.phi1.shape[0], br.phi2.shape[1], br.phi1.shape[2]
+    stats = _stats(br, R, T)
+    full = bool((br.match >= 0).all())
+    half = level / 2
+    if shared:
+        certs = {
+            "queue_outer_S": dense_queue.queue_outer_S(stats, d, level, (N, N)),
+            "queue_outer_E": dense_queue.queue_outer_E(
+                n, k, m, p, d, R, T, level, br.negative_set, full
+            ),
+            "outer_S_half": dense_queue.queue_outer_S(stats, d, half, (N, N)),
+            "outer_E_half": dense_queue.queue_outer_E(
+                n, k, m, p, d, R, T, half, br.negative_set, full
+            ),
+        }
+        n_in = k - 1 if br.negative_set == "own" else 0
+        return certs, dense_queue.queue_inner(m, R, T, level, n_in)
+    certs = {
+        "gamma_dense_V": dense_bounds.gamma_dense_V(stats, d, level, (N, N)),
+        "gamma_dense_S": dense_bounds.gamma_dense_S(stats, d, level, (N, N)),
+        "gamma_dense_E": dense_bounds.gamma_dense_E(
+            n, k, m, p, d, R, T, level, br.negative_set, full
+        ),
+        "S_half": dense_bounds.gamma_dense_S(stats, d, half, (N, N)),
+        "E_half": dense_bounds.gamma_dense_E(n, k, m, p, d, R, T, half, br.negative_set, full),
+    }
+    return certs, None
+
+
+def _queue_columns(
+    row: dict,
+    by_name: dict[str, list[tuple[float, Certificate]]],
+    inner: list[tuple[float, dense_queue.InnerBound]],
+    setting: Setting,
+    gap: float | None,
+    slack: float,
+) -> None:
+    """A shared queue's inner bound (weighted over branches), the total of the simultaneous
+    outer bound and the inner one, and whether the held-out gap lies within it."""
+    value = sum(w * b.value for w, b in inner)
+    row["queue_inner"] = value
+    row["queue_inner_lip"] = max(b.lip_mu for _, b in inner)
+    row["queue_inner_bias"] = sum(w * b.bias for w, b in inner)
+    row["queue_inner_lower"] = dense_queue.queue_inner_lower(
+        max(setting.m, 2), setting.R, setting.T
+    )
+    halves = ("outer_S_half", "outer_E_half")
+    outer = min(_weighted(by_name[name]).value for name in halves)
+    row["queue_total"] = outer + value
+    row["queue_total_holds"] = within(gap, row["queue_total"], row["queue_total"] + slack)
+    row["best_dense_bound"] = row["queue_total"]
+
+
 def bound_columns(
     branches: list[Branch],
     shared: bool,
-    m: int,
-    d: int,
-    R: float,
-    T: float,
-    delta: float,
+    setting: Setting,
     gaps: dict[str, float | None],
     slack: float,
 ) -> dict:
     """Every certified column of a dense cell. gaps: "gap" (held-out with fresh negatives minus
     train) and, for a shared queue, "gap_outer" (held-out against the same queue minus train);
     slack: the held-out estimate's CI half-width, allowed above the bound."""
-    level = delta / len(branches)  # each branch at delta / 2 when lambda < 1
-    n = branches[0].phi1.shape[0]
+    level = setting.delta / len(branches)  # each branch at delta / 2 when lambda < 1
     row: dict = {"bound_delta": level}
     by_name: dict[str, list[tuple[float, Certificate]]] = {}
     inner: list[tuple[float, dense_queue.InnerBound]] = []
     lo_all, hi_all = 0.0, 0.0
     for br in branches:
-        k = br.phi2.shape[1]
-        N = dense_bounds.negatives_count(k, m, br.negative_set)
-        lo, B = dense_bounds.dense_range(N, N, R, T)
+        N = dense_bounds.negatives_count(br.phi2.shape[1], setting.m, br.negative_set)
+        lo, B = dense_bounds.dense_range(N, N, setting.R, setting.T)
         lo_all, hi_all = lo_all + br.weight * lo, hi_all + br.weight * (lo + B)
-        stats = _stats(br, R, T)
-        full = bool((br.match >= 0).all())
-        p = br.phi1.shape[2]
-        half = level / 2  # the two forms of a simultaneous minimum (SIMULTANEOUS)
-        if shared:
-            certs = {
-                "queue_outer_S": dense_queue.queue_outer_S(stats, d, level, (N, N)),
-                "queue_outer_E": dense_queue.queue_outer_E(
-                    n, k, m, p, d, R, T, level, br.negative_set, full
-                ),
-                "outer_S_half": dense_queue.queue_outer_S(stats, d, half, (N, N)),
-                "outer_E_half": dense_queue.queue_outer_E(
-                    n, k, m, p, d, R, T, half, br.negative_set, full
-                ),
-            }
-            n_in = k - 1 if br.negative_set == "own" else 0
-            inner.append((br.weight, dense_queue.queue_inner(m, R, T, level, n_in)))
-        else:
-            certs = {
-                "gamma_dense_V": dense_bounds.gamma_dense_V(stats, d, level, (N, N)),
-                "gamma_dense_S": dense_bounds.gamma_dense_S(stats, d, level, (N, N)),
-                "gamma_dense_E": dense_bounds.gamma_dense_E(
-                    n, k, m, p, d, R, T, level, br.negative_set, full
-                ),
-                "S_half": dense_bounds.gamma_dense_S(stats, d, half, (N, N)),
-                "E_half": dense_bounds.gamma_dense_E(
-                    n, k, m, p, d, R, T, half, br.negative_set, full
-                ),
-            }
+        certs, inner_bound = _certificates(br, setting, level, N, shared)
+        if inner_bound is not None:
+            inner.append((br.weight, inner_bound))
         for name, cert in certs.items():
             by_name.setdefault(name, []).append((br.weight, cert))
     row["loss_range_lo"], row["loss_range_hi"] = lo_all, hi_all
@@ -140,18 +182,7 @@ def bound_columns(
     for name in names:
         _put(row, name, _weighted(by_name[name]), compared, slack)
     if shared:
-        value = sum(w * b.value for w, b in inner)
-        row["queue_inner"] = value
-        row["queue_inner_lip"] = max(b.lip_mu for _, b in inner)
-        row["queue_inner_bias"] = sum(w * b.bias for w, b in inner)
-        row["queue_inner_lower"] = dense_queue.queue_inner_lower(max(m, 2), R, T)
-        halves = ("outer_S_half", "outer_E_half")
-        outer = min(_weighted(by_name[name]).value for name in halves)
-        row["queue_total"] = outer + value
-        row["queue_total_holds"] = within(
-            gaps.get("gap"), row["queue_total"], row["queue_total"] + slack
-        )
-        row["best_dense_bound"] = row["queue_total"]
+        _queue_columns(row, by_name, inner, setting, gaps.get("gap"), slack)
     else:
         row["best_dense_bound"] = min(_weighted(by_name[n]).value for n in ("S_half", "E_half"))
     gap = gaps.get("gap")

@@ -8,7 +8,7 @@ import torch
 
 from crl.core.dense_config import DenseConfig
 from crl.core.errors import ConfigError
-from crl.steps import image_data
+from crl.steps.dense import image_data
 from crl.steps.dense.embed import build_backbone
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from crl.core.dense_config import BackboneConfig, DenseConfig
-from crl.kernels.crops import box_correspondence
+from crl.kernels.dense.crops import box_correspondence
 from crl.kernels.encoders import RandomConv
 from crl.steps import store
 from crl.steps.atomic import write_parquet_atomic

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from crl.core.dense_config import DenseConfig, DigitsImages, ParquetImages, ShapesImages
 from crl.core.errors import ConfigError
-from crl.kernels import crops, images
+from crl.kernels.dense import crops, images
 from crl.kernels.seeding import generator
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.data import DIGITS_ROWS, list_column

@@ -1,6 +1,6 @@
 """What the dense section pretrains (dense.pretrain, crl.steps.pretrain): the random_conv
 backbone, on the pretraining split's images (uint8 pixels), with the views of `dense.views`
-(random resized crops and flips, crl.kernels.crops) and, for DenseCL, the crops' geometric
+(random resized crops and flips, crl.kernels.dense.crops) and, for DenseCL, the crops' geometric
 correspondence as the dense positives."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import torch
 
 from crl.core.dense_config import DenseConfig
-from crl.kernels import crops
+from crl.kernels.dense import crops
 from crl.kernels.encoders import RandomConv
 from crl.steps.data import list_to_numpy
 from crl.steps.pretrain import load_weights

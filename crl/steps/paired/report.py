@@ -10,6 +10,7 @@ negatives), built from the tables alone.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 
@@ -17,6 +18,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+
+from crl.steps.figures import Save  # noqa: E402
+from crl.steps.pages import html_table  # noqa: E402
 
 # What the sources report, quoted in the generated paragraph (docs/theory/m-star.md, Li et al.
 # 2026).
@@ -186,3 +190,69 @@ def finding(fits: pl.DataFrame, summary: pl.DataFrame, metric: str) -> str:
             f"the solver reached its tolerance in {converged:.1%}.</p>"
         )
     return "".join(parts)
+
+
+def body(summary: pl.DataFrame, fits: pl.DataFrame, out: Path, save: Save) -> str:
+    """The paired grid's section: m*(n) figures, the generated finding, the m* and gap tables."""
+    images, findings = [], []
+    metrics = fits.filter(pl.col("kind") == "m_star")["shape"].unique(maintain_order=True)
+    for metric in metrics.to_list():
+        plot_curves(summary, fits, metric, out / f"{metric}_vs_m.png", save)
+        plot_m_star(fits, metric, out / f"m_star_{metric}.png", save)
+        images += [f"{metric}_vs_m.png", f"m_star_{metric}.png"]
+        findings.append(finding(fits, summary, metric))
+    if "gamma_lin_mean" in summary.columns:  # user pairs: the certified bound against the gap
+        plot_gap_and_bound(summary, out / "gap_and_bound_vs_m.png", save)
+        images.append("gap_and_bound_vs_m.png")
+    else:  # the Gaussian: the exact gap
+        plot_exact_gap(summary, out / "exact_gap_vs_m.png", save)
+        images.append("exact_gap_vs_m.png")
+    star_view = fits.filter(pl.col("kind").is_in(["m_star", "m_star_exponent"])).select(
+        [
+            "regime",
+            "kind",
+            "shape",
+            "delta",
+            "n",
+            "m_star",
+            "m_star_lo",
+            "m_star_hi",
+            "exponent",
+            "exponent_lo",
+            "exponent_hi",
+            "plateau",
+            "seeds",
+        ]
+    )
+    cells_view = summary.select([c for c in PAIRED_HEADLINE if c in summary.columns])
+    return f"""<h2>Finding</h2>{"".join(findings)}
+{"".join(f'<h2>{i[:-4].replace("_", " ")}</h2><img src="{i}">' for i in images)}
+<h2>m*(n) and its exponent, every delta</h2>{html_table(star_view, limit=200)}
+<h2>Cells (means over seeds)</h2>{html_table(cells_view, limit=400)}"""
+
+
+PAIRED_HEADLINE = [
+    "regime",
+    "m",
+    "n",
+    "seeds",
+    "retrieval_auc_mean",
+    "auc_error_seed_ci",
+    "gap_mean",
+    "gamma_lin_mean",
+    "lse_inner_bound_mean",
+    "gamma_lin_holds_fraction",
+    "certified_fraction",
+    "excess_auc_mean",
+    "excess_auc_seed_ci",
+    "excess_auc_se_mean",
+    "excess_risk_mean",
+    "train_loss_mean",
+    "risk_finite_fraction",
+    "calibration_slack_mean",
+    "calibration_holds_fraction",
+    "solver_iterations_mean",
+    "solver_converged_fraction",
+    "on_boundary_fraction",
+    "wall_seconds_mean",
+]

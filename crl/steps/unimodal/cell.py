@@ -92,6 +92,49 @@ def population(
     return sampling.SplitPopulation(features.train, features.test)
 
 
+@dataclass(frozen=True)
+class TestLoss:
+    """A head's held-out loss: the tuples it is measured on, the per-anchor terms (anchors,)
+    float64, their mean and 95% half-width, and LSE's pool columns (None for other losses)."""
+
+    views: learner.Views
+    sample: learner.Sample
+    terms: torch.Tensor
+    mean: float
+    ci: float
+    anchors: int
+    lse: dict
+
+
+def _test_loss(
+    weight: torch.Tensor,
+    held: sampling.HeldOut,
+    key: CellKey,
+    temperature: float,
+    bootstrap: int,
+    gen: torch.Generator,
+) -> TestLoss:
+    """The held-out loss on fresh anchors. LSE's population risk has the expectation over
+    negatives inside the log, so it is estimated against a large shared pool of negatives; the
+    other losses are expectations of the m-negative loss, estimated with fresh m negatives per
+    anchor."""
+    n_test = int(held.sample.anchors.shape[0])
+    lse = {"test_loss_pool_ci": None, "lse_inner_est": None, "test_loss_pool_bias_est": None}
+    views, sample = (
+        (held.pool_views, held.pool_sample) if key.loss == "lse" else (held.views, held.sample)
+    )
+    terms = learner.per_anchor_loss(weight, views, sample, key.loss, temperature)
+    if key.loss == "lse":
+        pos, pool = certify.pool_scores(weight, held.pool_views, held.pool_sample)
+        lse["test_loss_pool_ci"] = certify.pool_bootstrap_ci(pos, pool, temperature, bootstrap, gen)
+        lse["lse_inner_est"] = certified.lse_inner_estimate(pool, key.m, temperature)
+        lse["test_loss_pool_bias_est"] = certified.lse_inner_estimate(
+            pool, pool.shape[1], temperature
+        )
+    ci = float(stats.normal_half_width(terms.std(), n_test)) if n_test > 1 else math.nan
+    return TestLoss(views, sample, terms, float(terms.mean()), ci, n_test, lse)
+
+
 def run_cell(config: Config, key: CellKey, features: Features, tau: float | None) -> dict:
     """Fit and evaluate one cell; returns the row of the cells table (without provenance).
     The key's R, temperature and normalisation replace the config's where it has them."""
@@ -111,28 +154,9 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     )
     train_loss = float(seen.terms.mean())
 
-    # Held-out: fresh anchors. LSE's population risk has the expectation over negatives inside
-    # the log, so it is estimated against a large shared pool of negatives; the other losses
-    # are expectations of the m-negative loss, estimated with fresh m negatives per anchor.
     held = source.held_out(ev.test_anchors, key.m, ev.negative_pool, gen)
-    n_test = int(held.sample.anchors.shape[0])
-    lse = {"test_loss_pool_ci": None, "lse_inner_est": None, "test_loss_pool_bias_est": None}
-    # the held-out tuples of the test loss: LSE against the pool, the others with m negatives
-    test_views, test_sample = (
-        (held.pool_views, held.pool_sample) if key.loss == "lse" else (held.views, held.sample)
-    )
-    test_terms = learner.per_anchor_loss(weight, test_views, test_sample, key.loss, ev.temperature)
-    if key.loss == "lse":
-        pos, pool = certify.pool_scores(weight, held.pool_views, held.pool_sample)
-        lse["test_loss_pool_ci"] = certify.pool_bootstrap_ci(
-            pos, pool, ev.temperature, ev.pool_bootstrap, gen
-        )
-        lse["lse_inner_est"] = certified.lse_inner_estimate(pool, key.m, ev.temperature)
-        lse["test_loss_pool_bias_est"] = certified.lse_inner_estimate(
-            pool, pool.shape[1], ev.temperature
-        )
-    test_loss = float(test_terms.mean())
-    test_ci = float(stats.normal_half_width(test_terms.std(), n_test)) if n_test > 1 else math.nan
+    test = _test_loss(weight, held, key, ev.temperature, ev.pool_bootstrap, gen)
+    test_loss, test_ci, n_test = test.mean, test.ci, test.anchors
     gap = test_loss - train_loss
     shared = _against_shared_negatives(
         weight, draw, held, key, ev.temperature, train_loss, test_loss
@@ -164,39 +188,20 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
         "solver": model.solver,
         **fitted,
         **shared,
-        **lse,
+        **test.lse,
         "rademacher": rad.value,
         "rademacher_ci": rad.ci,
         "sign_draws": rad.draws,
         "rademacher_rows": int(n_rows),
     }
     bounds_started = time.perf_counter()
-    row.update(
-        certify.bound_columns(
-            draw,
-            seen.stats,
-            key.regime,
-            key.loss,
-            key.m,
-            model.d,
-            model.R,
-            ev.temperature,
-            ev.delta,
-            gap,
-            shared["gap_outer"],
-        )
+    setting = certify.Setting(
+        key.regime, key.loss, key.m, model.d, model.R, ev.temperature, ev.delta
     )
+    row.update(certify.bound_columns(draw, seen.stats, setting, gap, shared["gap_outer"]))
     row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
-    trivial_terms = learner.per_anchor_loss(
-        torch.zeros_like(weight), test_views, test_sample, key.loss, ev.temperature
-    )
-    row.update(signal_columns(trivial_terms, test_terms, gap, test_ci, row.get("loss_range")))
     fresh = isinstance(source, sampling.ModelPopulation)
-    row.update(
-        certify.test_set_columns(
-            test_terms, key.loss, fresh, row["loss_min"], row["loss_range"], ev.delta
-        )
-    )
+    row.update(_signal_and_test_set(weight, test, key.loss, ev.temperature, ev.delta, fresh, row))
     row.update(_ladder(config, key, cell_id, source, draw, weight, held, row))
     row.update(_transfer(key, row, tau))
     row.update(
@@ -210,6 +215,28 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row["wall_seconds"] = time.perf_counter() - started
     row["device"] = str(weight.device)
     return row
+
+
+def _signal_and_test_set(
+    weight: torch.Tensor,
+    test: TestLoss,
+    loss: str,
+    temperature: float,
+    delta: float,
+    fresh: bool,
+    row: dict,
+) -> dict:
+    """The signal columns (against the held-out loss of f = 0) and the test-set certificate of
+    the head, from its held-out terms and the bound columns of `row`."""
+    trivial = learner.per_anchor_loss(
+        torch.zeros_like(weight), test.views, test.sample, loss, temperature
+    )
+    gap = row["gap"]
+    out = signal_columns(trivial, test.terms, gap, test.ci, row.get("loss_range"))
+    out.update(
+        certify.test_set_columns(test.terms, loss, fresh, row["loss_min"], row["loss_range"], delta)
+    )
+    return out
 
 
 def _ladder(

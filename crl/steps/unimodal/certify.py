@@ -15,6 +15,7 @@ What each bound is compared with:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -88,21 +89,31 @@ def simultaneous_best(
     )
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What a cell's bounds depend on besides its sample: the key's regime, loss and m, the
+    head's output width d and radius R, the loss's temperature and the confidence delta."""
+
+    regime: str
+    loss: str
+    m: int
+    d: int
+    R: float
+    temperature: float
+    delta: float
+
+
 def bound_columns(
     draw: TrainDraw,
     stats: certified.SampleStats,
-    regime: str,
-    loss: str,
-    m: int,
-    d: int,
-    R: float,
-    temperature: float,
-    delta: float,
+    setting: Setting,
     gap: float,
     gap_outer: float | None,
 ) -> dict:
     """Every bound column of the cell, its terms, ingredients and holds flags; `stats` are the
     sample's (`statistics_accumulator` fed every block by `feed_statistics`)."""
+    regime, loss, m, d = setting.regime, setting.loss, setting.m, setting.d
+    R, temperature, delta = setting.R, setting.temperature, setting.delta
     consts = certified.loss_constants(loss, m, R, temperature)
     shared = regime == "sscrl"
     level = delta / 2 if shared else delta  # Cor. 4.3 splits delta between outer and inner

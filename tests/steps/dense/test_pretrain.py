@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from crl.core.dense_config import DenseConfig
-from crl.steps import image_data, pretrain
+from crl.steps import pretrain
 from crl.steps.data import list_to_numpy
+from crl.steps.dense import image_data
 from crl.steps.dense.pretrain_task import DenseTask, backbone, load_checkpoint
 from tests.steps.helpers import Dies
 

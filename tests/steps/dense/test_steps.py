@@ -15,9 +15,9 @@ import torch
 
 from crl.core.config import Config, validate
 from crl.core.errors import ConfigError
-from crl.kernels import crops
+from crl.kernels.dense import crops
 from crl.kernels.encoders import RandomConv
-from crl.steps import image_data
+from crl.steps.dense import image_data
 from crl.steps.dense.cell import DenseKey, dense_keys, draw_train, run_dense_cell
 from crl.steps.dense.checks import check_dense
 from crl.steps.dense.embed import DenseEmbedder, cell_labels

@@ -27,6 +27,8 @@ from crl.steps.features import (
 )
 from crl.steps.keys import CellKey, grid_keys, oracle_keys
 from crl.steps.unimodal import cell, sampling
+from crl.steps.unimodal.family import FAMILY as UNIMODAL
+from crl.steps.unimodal.family import UnimodalContext
 from tests.steps.helpers import config, materialise
 
 
@@ -270,11 +272,12 @@ def test_run_cell_is_deterministic(run: tuple[Features, float]) -> None:
 def test_run_and_write_writes_the_row(run: tuple[Features, float], tmp_path: Path) -> None:
     features, tau = run
     cfg = config()
+    context = UnimodalContext(cfg, {None: features}, tau)
     job = cells.CellJob(
-        cfg, {None: features}, tau, tmp_path / "cells", tmp_path / ".staging", "abc123"
+        {"unimodal": (UNIMODAL, context)}, tmp_path / "cells", tmp_path / ".staging", "abc123"
     )
     key = CellKey("scrl", "lse", 1, 10, 1)
-    row = cells.run_and_write(key, job)
+    row = cells.run_and_write(cells.CellItem("unimodal", key), job)
     assert row["dataset"] == "synthetic" and row["cell_git_commit"] == "abc123"
     path = tmp_path / "cells" / f"{key.cell_id(cfg.hash())}.parquet"
     assert [p.name for p in (tmp_path / "cells").iterdir()] == [path.name]
@@ -327,7 +330,10 @@ def test_a_split_cell_in_blocks_equals_the_cell_held_whole(
     assert (whole["sample_blocks"], blocks["sample_blocks"]) == (1, 4)
     assert whole["sampling"] == blocks["sampling"] == "distinct_from_split"
     assert blocks["solver_converged"] and whole["solver_converged"]
-    assert blocks["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-7)
+    # each solve stops with a gradient mapping below tol, so its objective is within
+    # tol * (the ball's diameter 2R) of the minimum: two solves differ by at most twice that
+    per_solve = cfg.model.tol * 2 * cfg.model.R
+    assert blocks["train_loss"] == pytest.approx(whole["train_loss"], abs=2 * per_solve)
     assert blocks["test_loss"] == pytest.approx(whole["test_loss"], rel=1e-6)
     for name in ("S_pairs", "S_neg", "v_A", "v_0", "v_N", "gamma_E"):
         assert blocks[name] == pytest.approx(whole[name], rel=1e-12)

@@ -198,14 +198,11 @@ def test_pool_bootstrap_matches_a_naive_loop() -> None:
 def test_bound_columns_compare_each_bound_with_its_gap() -> None:
     draw = _population().train(30, 4, True, torch.Generator().manual_seed(9))
     shared = _statistics(draw, 4)
-    row = certify.bound_columns(
-        draw, shared, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, -0.02
-    )
+    logistic = certify.Setting("sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05)
+    row = certify.bound_columns(draw, shared, logistic, 0.01, -0.02)
     assert row["bound_delta"] == 0.025
     assert row["gamma_S_holds"] is True  # compared with gap_outer
-    too_big = certify.bound_columns(
-        draw, shared, "sscrl", "logistic", 4, 3, 1.0, 1.0, 0.05, 0.01, 99.0
-    )
+    too_big = certify.bound_columns(draw, shared, logistic, 0.01, 99.0)
     assert too_big["gamma_S_holds"] is False and too_big["gamma_m_holds"] is False
     assert too_big["sscrl_total_holds"] is True  # the total gap 0.01 is within the total
     own = sampling.ModelPopulation(
@@ -213,15 +210,14 @@ def test_bound_columns_compare_each_bound_with_its_gap() -> None:
     )
     scrl = own.train(30, 4, False, torch.Generator().manual_seed(9))
     stats = _statistics(scrl, 4)
-    lse = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, 0.0, None)
+    setting = certify.Setting("scrl", "lse", 4, 3, 1.0, 1.0, 0.05)
+    lse = certify.bound_columns(scrl, stats, setting, 0.0, None)
     g = certify.simultaneous_best(stats, certified.loss_constants("lse", 4, 1.0, 1.0), 4, 3, 0.05)
     assert g > min(lse["gamma_m"], lse["gamma_S"], lse["gamma_E"])  # each form at delta / 2
     # LSE: -gamma <= gap <= gamma + inner; a gap just above gamma holds only thanks to inner
     upper = lse["gamma_S"] + 0.5 * lse["lse_inner_bound"]
-    above = certify.bound_columns(scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, upper, None)
+    above = certify.bound_columns(scrl, stats, setting, upper, None)
     assert above["gamma_S_holds"] is True
-    below = certify.bound_columns(
-        scrl, stats, "scrl", "lse", 4, 3, 1.0, 1.0, 0.05, -(lse["gamma_S"] + 1e-3), None
-    )
+    below = certify.bound_columns(scrl, stats, setting, -(lse["gamma_S"] + 1e-3), None)
     assert below["gamma_S_holds"] is False
     assert lse["best_bound"] == pytest.approx(g + lse["lse_inner_bound"])
