@@ -81,3 +81,31 @@ def test_a_wrong_import_breaks_its_contract(
     assert out.returncode == 1, out.stdout
     broken = [line for line in out.stdout.splitlines() if line.rstrip().endswith("BROKEN")]
     assert any(contract in line for line in broken), out.stdout
+
+
+# what a module that picks a family by hand looks like; only the families themselves (their
+# `active`) and the config schema's cross-field checks may ask which family a config has
+FAMILY_TESTS = (
+    "config.dense is None",
+    "config.dense is not None",
+    "is_paired(",
+    "isinstance(key",
+    "isinstance(job",
+)
+MAY_ASK = {
+    "crl/steps/unimodal/family.py",
+    "crl/steps/paired/family.py",
+    "crl/steps/dense/family.py",
+}
+
+
+def test_only_the_families_ask_which_family_a_config_has() -> None:
+    found = [
+        f"{path.relative_to(REPO)}: {test}"
+        for path in sorted((REPO / "crl").rglob("*.py"))
+        if str(path.relative_to(REPO)) not in MAY_ASK
+        and not str(path.relative_to(REPO)).startswith("crl/core/")
+        for test in FAMILY_TESTS
+        if test in path.read_text()
+    ]
+    assert found == [], found
