@@ -147,18 +147,18 @@ def check(
     ] = "ray",
 ) -> None:
     """Verify every statement of the sources on generated instances (flow theorem_checks)."""
-    from crl.core import config as crl_config
     from crl.core.errors import ConfigError
+    from crl.core.places import resolved
     from crl.orchestration import local_prefect, runtime, watchdog
     from crl.orchestration.executor import EXECUTORS
-    from crl.steps.runfolder import prepare_checks
+    from crl.steps.runfolder import prepare_check_run
 
     try:
         if executor not in EXECUTORS:
             raise ConfigError(f"--executor {executor}: expected one of {list(EXECUTORS)}")
-        cfg = crl_config.load_checks(config, crl_config.check_overrides(set_, instances))
+        # every check before work, once: the flow takes the prepared run
+        prepare_check_run(config, list(set_), instances, resolved(out), hand_over=True)
         runtime.check_address(ray_address or os.environ.get("RAY_ADDRESS"))
-        prepare_checks(cfg, out)
         local_prefect.prefect_local_env()
     except ConfigError as err:
         fail(str(err))

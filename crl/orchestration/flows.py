@@ -23,7 +23,7 @@ from crl.orchestration.runtime import is_local
 from crl.steps import aggregate as aggregate_step
 from crl.steps import catalogue, check_report, check_tables, report
 from crl.steps.run_paths import CheckPaths, RunPaths
-from crl.steps.runfolder import prepare_checks, prepare_run
+from crl.steps.runfolder import prepare_check_run, prepare_run
 
 
 @dataclass(frozen=True)
@@ -210,13 +210,7 @@ def theorem_checks(
     executor: str = "ray",
 ) -> dict:
     """Run (or resume) the statement checks; returns the per-statement summary and failures."""
-    out = resolved(out)
-    if config_path is not None:
-        config_path = resolved(config_path)
-    config = crl_config.load_checks(
-        config_path, crl_config.check_overrides(overrides or [], instances)
-    )
-    paths = prepare_checks(config, out)
+    config, paths = prepare_check_run(config_path, overrides or [], instances, resolved(out))
     runner = make_executor(executor, ray_address)
     runner.start()
     units, computed = run_instances(config, paths, runner, progress)

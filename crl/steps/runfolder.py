@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crl import checks
-from crl.core.config import CheckConfig, Config, load
+from crl.core.config import CheckConfig, Config, check_overrides, load, load_checks
 from crl.core.errors import ConfigError
 from crl.core.places import resolved
 from crl.steps import families, store
@@ -35,9 +35,20 @@ def writable(out: str | Path) -> Path:
     return out
 
 
-# runs prepared by `crl run` before it starts the flow, taken (once) by the flow in the same
-# process: the config is read, validated and its folder prepared once (`prepare_run`)
-_HANDED_OVER: dict[tuple, tuple[Config, RunPaths]] = {}
+# runs prepared by a CLI command before it starts its flow, taken (once) by the flow in the
+# same process: the config is read, validated and its folder prepared once
+_HANDED_OVER: dict[tuple, tuple] = {}
+
+
+def _once(key: tuple, hand_over: bool, make: Callable[[], tuple]) -> tuple:
+    """`make()`, kept for the next call with `key` when `hand_over`; without it, what was
+    handed over under `key` is taken instead of made again."""
+    if not hand_over and key in _HANDED_OVER:
+        return _HANDED_OVER.pop(key)
+    made = make()
+    if hand_over:
+        _HANDED_OVER[key] = made
+    return made
 
 
 def prepare_run(
@@ -54,19 +65,36 @@ def prepare_run(
     that must come before any of the config's code is imported), then `prepare`.
 
     `hand_over`: keep the result for the next call with the same arguments in this process
-    (the CLI prepares, so that bad input is one line before Prefect starts; the flow it starts
+    (`crl run` prepares, so that bad input is one line before Prefect starts; the flow it starts
     then takes the prepared run instead of reading and checking it again). Without it, a
     prepared run that was handed over is taken; otherwise the run is prepared now."""
-    key = (resolved(config_path), tuple(overrides), str(out), base, local)
-    if not hand_over and key in _HANDED_OVER:
-        return _HANDED_OVER.pop(key)
-    config = load(config_path, overrides, base=base)
-    if guard is not None:
-        guard(config)
-    prepared = config, prepare(config, out, local)
-    if hand_over:
-        _HANDED_OVER[key] = prepared
-    return prepared
+
+    def make() -> tuple[Config, RunPaths]:
+        config = load(config_path, overrides, base=base)
+        if guard is not None:
+            guard(config)
+        return config, prepare(config, out, local)
+
+    key = ("run", resolved(config_path), tuple(overrides), str(out), base, local)
+    return _once(key, hand_over, make)
+
+
+def prepare_check_run(
+    config_path: str | Path | None,
+    overrides: list[str],
+    instances: int | None,
+    out: str | Path,
+    hand_over: bool = False,
+) -> tuple[CheckConfig, CheckPaths]:
+    """`prepare_run` for `crl check`: its config (the defaults without a file), then
+    `prepare_checks`."""
+    place = None if config_path is None else resolved(config_path)
+
+    def make() -> tuple[CheckConfig, CheckPaths]:
+        config = load_checks(place, check_overrides(overrides, instances))
+        return config, prepare_checks(config, out)
+
+    return _once(("check", place, tuple(overrides), instances, str(out)), hand_over, make)
 
 
 def prepare(config: Config, out: str | Path, local: bool = True) -> RunPaths:
