@@ -37,6 +37,7 @@ __all__ = [
     "ema_update",
     "nt_xent_loss",
     "nt_xent_rows",
+    "positive_top1",
 ]
 
 
@@ -106,20 +107,38 @@ class Queue:
 
     def __init__(self, size: int, dim: int, gen: torch.Generator) -> None:
         self.keys = F.normalize(torch.randn(size, dim, generator=gen), dim=1)
+        self.ids = torch.full((size,), -1, dtype=torch.int64)  # each key's image; -1: initial
         self.pointer = 0
 
-    def push(self, new: torch.Tensor) -> None:
+    def push(self, new: torch.Tensor, ids: torch.Tensor | None = None) -> None:
+        """Enqueue `new` (b, dim), the keys of the images `ids` (b,) (unknown: -1)."""
         new = new.detach().to(self.keys.device, self.keys.dtype)[: self.keys.shape[0]]
         rows = (self.pointer + torch.arange(new.shape[0], device=self.keys.device)) % len(self.keys)
         self.keys[rows] = new
+        given = torch.full((new.shape[0],), -1) if ids is None else ids[: new.shape[0]].cpu()
+        self.ids[rows.cpu()] = given.to(torch.int64)
         self.pointer = int((self.pointer + new.shape[0]) % len(self.keys))
 
+    def share_from(self, ids: torch.Tensor) -> float:
+        """The share of the queue's keys that are keys of the images `ids`: for the images of a
+        batch, the stale copies of their own positives that the queue offers as negatives."""
+        return float(torch.isin(self.ids, ids.cpu()).double().mean())
+
     def state(self) -> dict:
-        return {"keys": self.keys.cpu(), "pointer": self.pointer}
+        return {"keys": self.keys.cpu(), "pointer": self.pointer, "ids": self.ids.clone()}
 
     def load(self, state: dict) -> None:
         self.keys = state["keys"].to(self.keys.device)
         self.pointer = int(state["pointer"])
+        self.ids = state.get("ids", torch.full((len(self.keys),), -1, dtype=torch.int64))
+
+
+def positive_top1(queries: torch.Tensor, keys: torch.Tensor) -> float:
+    """The share of queries whose most similar key (inner product) is their own positive, the
+    key of the same row, among all the rows' keys: the objective's own retrieval, chance 1/B.
+    Shape: queries, keys (B, D) -> float."""
+    best = (queries @ keys.T).argmax(dim=1)  # (B,)
+    return float((best == torch.arange(queries.shape[0], device=queries.device)).double().mean())
 
 
 def nt_xent_loss(

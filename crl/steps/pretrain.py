@@ -231,7 +231,6 @@ def train(job: PretrainJob, ctx: Context) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    per_worker = p.batch // ctx.world_size
     steps = images.shape[0] // p.batch
     if steps == 0:
         raise ValueError(
@@ -240,30 +239,8 @@ def train(job: PretrainJob, ctx: Context) -> None:
         )
     for epoch in range(start + 1, p.epochs + 1):
         started = time.perf_counter()
-        order = torch.randperm(images.shape[0], generator=generator(p.seed, "pretrain", epoch))
-        draw = generator(p.seed, "pretrain-views", epoch, ctx.rank)
         model.train()
-        loss_sum, seen = 0.0, 0
-        for step in range(steps):
-            lo = step * p.batch + ctx.rank * per_worker
-            a, b, match = job.task.views(images[order[lo : lo + per_worker]], draw, dense_loss)
-            a, b = a.to(ctx.device), b.to(ctx.device)
-            if dense_loss:
-                loss, k_global, k_dense = objectives.densecl_loss(
-                    model, key, a, b, match, queues, p.temperature, p.lam
-                )
-            else:
-                gather = ctx.gather_grad if ctx.world_size > 1 else None
-                loss = objectives.nt_xent_loss(model, a, b, p.temperature, gather, ctx.rank)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if dense_loss:
-                objectives.ema_update(key, _unwrap(model), p.momentum)
-                queues[0].push(ctx.gather(k_global))
-                queues[1].push(ctx.gather(k_dense))
-            loss_sum += float(loss.detach()) * a.shape[0]
-            seen += a.shape[0]
+        loss_sum, seen, stale = _train_epoch(job, ctx, model, key, queues, optimizer, images, epoch)
         loss_sum, seen = ctx.total([loss_sum, float(seen)])
         seconds = time.perf_counter() - started
         row = {
@@ -278,9 +255,82 @@ def train(job: PretrainJob, ctx: Context) -> None:
             "device": ctx.device.type,
             "seconds": seconds,
             "images_per_second": seen / seconds,
+            "lr": p.lr,
+            "queue_staleness": stale,
         }
         if ctx.rank == 0:
+            row.update(_retrieval(_unwrap(model), job, images, ctx.device))
             _finish_epoch(job, row, _unwrap(model), key, optimizer, queues)
+
+
+def _train_epoch(
+    job: PretrainJob,
+    ctx: Context,
+    model: nn.Module,
+    key: nn.Module | None,
+    queues: tuple[objectives.Queue, ...],
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    epoch: int,
+) -> tuple[float, int, float | None]:
+    """One epoch's steps on this worker: its share of every global batch of a seeded order.
+    Returns the sum of its losses weighted by images, its images, and (DenseCL) the mean over
+    steps of the share of the global queue that holds keys of the step's own images."""
+    p = job.pretrain
+    dense_loss = p.objective == "densecl"
+    per_worker = p.batch // ctx.world_size
+    order = torch.randperm(images.shape[0], generator=generator(p.seed, "pretrain", epoch))
+    draw = generator(p.seed, "pretrain-views", epoch, ctx.rank)
+    loss_sum, seen, stale = 0.0, 0, 0.0
+    steps = images.shape[0] // p.batch
+    for step in range(steps):
+        lo = step * p.batch + ctx.rank * per_worker
+        a, b, match = job.task.views(images[order[lo : lo + per_worker]], draw, dense_loss)
+        a, b = a.to(ctx.device), b.to(ctx.device)
+        if dense_loss:
+            loss, k_global, k_dense = objectives.densecl_loss(
+                model, key, a, b, match, queues, p.temperature, p.lam
+            )
+        else:
+            gather = ctx.gather_grad if ctx.world_size > 1 else None
+            loss = objectives.nt_xent_loss(model, a, b, p.temperature, gather, ctx.rank)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if dense_loss:
+            batch_ids = order[step * p.batch : (step + 1) * p.batch]  # every worker's, in order
+            stale += queues[0].share_from(batch_ids)
+            objectives.ema_update(key, _unwrap(model), p.momentum)
+            queues[0].push(ctx.gather(k_global), batch_ids)
+            queues[1].push(ctx.gather(k_dense), batch_ids)
+        loss_sum += float(loss.detach()) * a.shape[0]
+        seen += a.shape[0]
+    return loss_sum, seen, (stale / steps if dense_loss else None)
+
+
+RETRIEVAL_IMAGES = 256  # the fixed images of the per-epoch retrieval
+
+
+@torch.no_grad()
+def _retrieval(
+    encoder: objectives.ContrastiveEncoder,
+    job: PretrainJob,
+    images: torch.Tensor,
+    device: torch.device,
+) -> dict:
+    """The objective's own retrieval after an epoch: on the first RETRIEVAL_IMAGES images of the
+    pretraining split, each under the same two views every epoch, the share whose view-1 global
+    embedding is nearest to its own view-2 embedding among all of theirs (the trained encoder
+    on both views; chance 1 / images). They are images pretraining trains on, in views it draws
+    afresh: a measure of what the objective learned, not of generalisation."""
+    rows = images[: min(RETRIEVAL_IMAGES, images.shape[0])]
+    gen = generator(job.pretrain.seed, "pretrain-retrieval-views")
+    a, b, _ = job.task.views(rows, gen, False)
+    was_training = encoder.training
+    encoder.eval()
+    top1 = objectives.positive_top1(encoder(a.to(device))[0], encoder(b.to(device))[0])
+    encoder.train(was_training)
+    return {"positive_top1": top1, "positive_chance": 1.0 / rows.shape[0]}
 
 
 def epoch_rows(root: Path) -> pa.Table | None:
@@ -288,4 +338,5 @@ def epoch_rows(root: Path) -> pa.Table | None:
     files = sorted((root / "epochs").glob("epoch=*.parquet"))
     if not files:
         return None
-    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by("epoch")
+    tables = [pq.read_table(f) for f in files]  # epochs of older code lack later columns
+    return pa.concat_tables(tables, promote_options="default").sort_by("epoch")

@@ -97,13 +97,25 @@ def at_largest(summary: pl.DataFrame, family: Family) -> pl.DataFrame:
 
 
 def plot_curve(pretrain: pl.DataFrame, path: Path, save: Save) -> None:
-    """Training loss and throughput against the epoch."""
-    fig, axes = panels(2)
+    """Training loss, the objective's own retrieval (with its chance level and, for DenseCL,
+    the queue's staleness) and throughput against the epoch; tables written before the
+    retrieval columns draw the loss and throughput alone."""
+    measured = "positive_top1" in pretrain.columns
+    fig, axes = panels(3 if measured else 2)
     epoch = _values(pretrain, "epoch")
     axes[0].plot(epoch, _values(pretrain, "loss"), "o-")
     axes[0].set(xlabel="epoch", ylabel="training loss (nats)", title="pretraining loss")
-    axes[1].plot(epoch, _values(pretrain, "images_per_second"), "o-", color="C1")
-    axes[1].set(xlabel="epoch", ylabel="images / s", title="throughput (all workers)")
+    axes[-1].plot(epoch, _values(pretrain, "images_per_second"), "o-", color="C1")
+    axes[-1].set(xlabel="epoch", ylabel="images / s", title="throughput (all workers)")
+    if measured:
+        ax = axes[1]
+        ax.plot(epoch, _values(pretrain, "positive_top1"), "o-", color="C2", label="top-1")
+        ax.plot(epoch, _values(pretrain, "positive_chance"), ":", color="C2", label="chance")
+        if pretrain["queue_staleness"].drop_nulls().len():
+            staleness = _values(pretrain, "queue_staleness")
+            ax.plot(epoch, staleness, "s--", color="C3", label="queue staleness")
+        ax.set(xlabel="epoch", ylabel="share", title="the objective's own retrieval")
+        ax.legend(fontsize=6)
     save(fig, path)
 
 

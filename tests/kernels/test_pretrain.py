@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -209,3 +210,27 @@ def test_two_workers_train_on_the_global_batchs_gradient(tmp_path) -> None:
         for p, q in zip(halves.parameters(), whole.parameters(), strict=True)
     ]
     assert any(differs)
+
+
+def test_positive_top1_counts_the_rows_whose_own_key_is_nearest() -> None:
+    q = torch.eye(4, dtype=torch.float64)
+    assert objectives.positive_top1(q, q) == 1.0
+    assert (
+        objectives.positive_top1(q, q.flip(0)) == 0.0
+    )  # every query's nearest key is another row's
+    keys = q.clone()
+    keys[1] = q[2]  # row 1's own key now equals row 2's: row 1 finds key 1 or 2 first, row 2 too
+    assert objectives.positive_top1(q, keys) in (0.5, 0.75)
+
+
+def test_a_queue_knows_which_images_its_keys_came_from() -> None:
+    queue = objectives.Queue(6, 3, torch.Generator().manual_seed(0))
+    assert queue.share_from(torch.tensor([0, 1])) == 0.0  # the initial keys are of no image
+    queue.push(torch.randn(4, 3), torch.tensor([0, 1, 2, 3]))
+    assert queue.share_from(torch.tensor([1, 3, 9])) == pytest.approx(2 / 6)
+    queue.push(torch.randn(4, 3), torch.tensor([4, 5, 6, 7]))  # overwrites 2 initial, then 0, 1
+    assert queue.share_from(torch.tensor([0, 1])) == 0.0
+    assert queue.share_from(torch.tensor([2, 3, 4, 5, 6, 7])) == 1.0
+    again = objectives.Queue(6, 3, torch.Generator().manual_seed(1))
+    again.load(queue.state())
+    assert torch.equal(again.ids, queue.ids) and again.pointer == queue.pointer

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from crl.core.dense_config import DenseConfig
+from crl.kernels.seeding import generator
 from crl.steps import pretrain
 from crl.steps.data import list_to_numpy
 from crl.steps.dense import image_data
@@ -177,3 +178,27 @@ def test_a_batch_larger_than_the_pretraining_split_is_refused_before_work() -> N
         r"is pretrained \(dense.backbone.kind is module\)",
     ):
         check_dense(_dense({**SHAPES, "backbone": module}))
+
+
+def test_each_epoch_records_the_queues_staleness_and_the_objectives_retrieval(
+    tmp_path: Path,
+) -> None:
+    """A queue as large as the pretraining split (32 images, batches of 8): in the first epoch
+    it holds no key of a batch's own images (each image is drawn once an epoch), in the second
+    it does; the share equals a replay of the epochs' orders with the queue as a list."""
+    dense = _dense(SHAPES, epochs=2, checkpoints=[0, 2], queue=32)
+    job = _materialize(dense, tmp_path)
+    pretrain.train(job, pretrain.SingleProcess())
+    rows = pretrain.epoch_rows(job.root).to_pylist()
+    queue: list[int] = [-1] * 32
+    for row in rows:
+        order = torch.randperm(32, generator=generator(0, "pretrain", row["epoch"])).tolist()
+        shares = []
+        for step in range(4):
+            batch = order[step * 8 : (step + 1) * 8]
+            shares.append(sum(i in batch for i in queue) / 32)
+            queue = queue[8:] + batch  # the oldest 8 keys make way for the batch's
+        assert row["queue_staleness"] == pytest.approx(sum(shares) / 4, abs=1e-12)
+        assert 0.0 <= row["positive_top1"] <= 1.0 and row["positive_chance"] == 1 / 32
+        assert row["lr"] == dense.pretrain.lr
+    assert rows[0]["queue_staleness"] == 0.0 and rows[1]["queue_staleness"] > 0.0
