@@ -15,6 +15,7 @@ Work is returned as data, so that an executor decides where it runs: `MapWork` i
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,11 @@ class Family(Protocol):
     def report(self, summary: pl.DataFrame, fits: pl.DataFrame, page: Page) -> list[str]:
         """The family's sections of the report (HTML), from its rows of the summary and fits
         tables; figures go to `page.out` through `page.save`."""
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes: what a family's check refuses a cell beyond."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def is_complete(path: Path, rows: int | None = None) -> bool:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from crl.core.dense_config import DenseConfig
 from crl.core.errors import ConfigError
 from crl.steps.dense import image_data
 from crl.steps.dense.embed import build_backbone
+from crl.steps.family import machine_memory
 
 
 def check_dense(dense: DenseConfig) -> None:
@@ -88,7 +87,7 @@ def _check_cell_memory(dense: DenseConfig, positions: int, channels: int) -> Non
     with m external negatives of `positions` x `channels` float32 values each."""
     n, m = max(dense.grid.n), max(dense.grid.m)
     needed = n * m * positions * channels * 4
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = machine_memory()
     if needed > total:
         raise ConfigError(
             f"config field dense.grid.m: a cell with n={n}, m={m} holds about "

@@ -5,7 +5,6 @@ crl.steps.paired.split_cell). No encoder: the cells read the pairs as they are."
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import polars as pl
@@ -13,7 +12,7 @@ import polars as pl
 from crl.core.config import Config, is_paired
 from crl.core.errors import ConfigError
 from crl.steps import grid_source, pretrain_panel, user_data
-from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork
+from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork, machine_memory
 from crl.steps.keys import CellKey, cell_config, grid_keys
 from crl.steps.paired import model_cell, split_cell
 from crl.steps.paired import report as paired_report
@@ -44,7 +43,7 @@ def _check_paired_memory(config: Config) -> None:
         px = py = len(ds.correlations)
     else:
         px, py = user_data.pair_widths(ds)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = machine_memory()
     theta = THETA_COPIES * (px * py + py * py) * 8
     if theta > total:
         raise ConfigError(

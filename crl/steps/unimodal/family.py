@@ -5,7 +5,6 @@ contrastive pretraining of its small_cnn encoder (encoder.pretrain)."""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,7 +21,7 @@ from crl.kernels.seeding import generator
 from crl.steps import data, grid_source, ladder_panel, pretrain_panel
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import Embedder, EmbedItem, features_path
-from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork, is_complete
+from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork, is_complete, machine_memory
 from crl.steps.features import Features, load_features, tau_of
 from crl.steps.keys import CellKey, grid_keys
 from crl.steps.pages import html_table
@@ -93,7 +92,7 @@ def _check_cell_memory(config: Config, width: int) -> None:
     n, m = max(config.grid.n), max(config.grid.m)
     features = max(width, config.encoder.out_dim if config.encoder.kind != "identity" else 0)
     needed = n * (m + 2) * features * 8  # the largest cell's tuples, float64 at worst
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = machine_memory()
     if needed > total:
         raise ConfigError(
             f"config field grid.m: a cell with n={n}, m={m} holds {n * (m + 2):,} points of "
