@@ -22,7 +22,7 @@ from crl.core import config as crl_config
 from crl.core import places
 from crl.core.errors import ConfigError, DeployError
 from crl.orchestration import runtime
-from crl.steps import store
+from crl.steps import families, store
 
 REPO = runtime.REPO
 
@@ -161,7 +161,9 @@ def submit(
     # the job reads the config on the cluster, in a working directory of its own: the data
     # paths it names are made absolute here, where the user typed them (crl.core.places)
     entrypoint = job_entrypoint(out, places.resolved_overrides(overrides))
-    runtime_env = job_runtime_env(shipped_config(config), env or {}, pip or [])
+    plugins = os.environ.get(families.PLUGINS_VARIABLE)  # the job's driver asks the registry
+    env = {**({families.PLUGINS_VARIABLE: plugins} if plugins else {}), **(env or {})}
+    runtime_env = job_runtime_env(shipped_config(config), env, pip or [])
     client = _client(address)
     submission_id = f"crl-{cfg.run_id()}-{secrets.token_hex(3)}"
     try:
