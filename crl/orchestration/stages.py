@@ -75,6 +75,7 @@ def _pretrain_one(
     progress: bool,
 ) -> int:
     p = job.pretrain
+    pretrain_step.write_missing_row(job)  # a kill between an epoch's state and its row
     if pretrain_step.is_done(job):
         return 0
     start = pretrain_step.finished_epochs(job)

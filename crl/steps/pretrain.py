@@ -188,8 +188,10 @@ def _finish_epoch(
     optimizer: torch.optim.Optimizer,
     queues: tuple[objectives.Queue, ...],
 ) -> None:
-    """Rank 0 at the end of an epoch: its checkpoint (when chosen), the state to resume from,
-    then its row: an epoch's row on disk means a rerun continues after that epoch."""
+    """Rank 0 at the end of an epoch: its checkpoint (when chosen), the state to resume from
+    (with the epoch's row in it), then its row: an epoch's row on disk means a rerun continues
+    after that epoch, and a row lost to a kill between the two is written back from the state
+    (`write_missing_row`)."""
     epoch = row["epoch"]
     if epoch in job.pretrain.embedded:
         _save(encoder.backbone.state_dict(), job.checkpoint(epoch), job.staging)
@@ -199,9 +201,23 @@ def _finish_epoch(
         "key": key.state_dict() if key is not None else {},
         "optimizer": optimizer.state_dict(),
         "queues": [q.state() for q in queues],
+        "row": row,
     }
     _save(state, job.state, job.staging)
     write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(epoch), job.staging)
+
+
+def write_missing_row(job: PretrainJob) -> bool:
+    """Write the last finished epoch's row from the state when a kill came between the two
+    (the state is saved first). Returns whether a row was written."""
+    start = finished_epochs(job)
+    if not start or job.epoch_row(start).exists():
+        return False
+    row = torch.load(job.state, map_location="cpu", weights_only=True).get("row")
+    if row is None:  # a state of older code, which wrote the row first
+        return False
+    write_parquet_atomic(pa.Table.from_pylist([row]), job.epoch_row(start), job.staging)
+    return True
 
 
 def train(job: PretrainJob, ctx: Context) -> None:

@@ -202,3 +202,17 @@ def test_each_epoch_records_the_queues_staleness_and_the_objectives_retrieval(
         assert 0.0 <= row["positive_top1"] <= 1.0 and row["positive_chance"] == 1 / 32
         assert row["lr"] == dense.pretrain.lr
     assert rows[0]["queue_staleness"] == 0.0 and rows[1]["queue_staleness"] > 0.0
+
+
+def test_a_row_lost_between_the_state_and_the_row_is_written_back(tmp_path: Path) -> None:
+    """The state is saved before the epoch's row; a kill between the two leaves the state of
+    the last epoch without its row, which is written back from the state, byte for byte."""
+    dense = _dense(SHAPES, epochs=2, checkpoints=[0, 2])
+    job = _materialize(dense, tmp_path)
+    pretrain.train(job, pretrain.SingleProcess())
+    kept = job.epoch_row(2).read_bytes()
+    assert not pretrain.write_missing_row(job)  # nothing is missing
+    job.epoch_row(2).unlink()
+    assert pretrain.is_done(job)  # the stage would not train again: the row must come back
+    assert pretrain.write_missing_row(job)
+    assert job.epoch_row(2).read_bytes() == kept
