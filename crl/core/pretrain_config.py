@@ -28,7 +28,11 @@ class PretrainConfig(_Strict):
     `checkpoints`: the epochs after which the backbone is embedded and becomes the cells' axis
     encoder_epoch (0: the random initialisation). `batch` is the global batch, split evenly
     over `workers` (Ray Train workers, one GPU each when the cluster has GPUs and `use_gpu`
-    is "auto" or true). Adam with learning rate `lr`.
+    is "auto" or true). Adam with peak learning rate `lr`: it rises linearly over the first
+    `warmup` share of all steps, then stays (`schedule: constant`) or falls to 0 along a
+    half cosine (`cosine`). DenseCL's queues start full of real keys (`queue_init: keys`: the
+    momentum encoder's keys of `queue` pretraining images, before the first step) or of
+    random unit vectors (`random`, easy negatives that the first epoch's keys replace).
     """
 
     objective: Literal["nt_xent", "densecl"] = "densecl"
@@ -38,6 +42,9 @@ class PretrainConfig(_Strict):
     fraction: float = Field(0.3, gt=0, lt=1)
     batch: int = Field(64, ge=2)
     lr: float = Field(1e-3, gt=0)
+    schedule: Literal["constant", "cosine"] = "constant"
+    warmup: float = Field(0.0, ge=0, lt=1)
+    queue_init: Literal["keys", "random"] = "keys"
     temperature: float = Field(0.2, gt=0)
     lam: float = Field(0.5, ge=0, le=1)
     queue: int = Field(1024, ge=1)

@@ -34,7 +34,9 @@ __all__ = [
     "ContrastiveEncoder",
     "Queue",
     "densecl_loss",
+    "dense_queue_key",
     "ema_update",
+    "learning_rate",
     "nt_xent_loss",
     "nt_xent_rows",
     "positive_top1",
@@ -133,6 +135,22 @@ class Queue:
         self.ids = state.get("ids", torch.full((len(self.keys),), -1, dtype=torch.int64))
 
 
+def learning_rate(peak: float, step: int, total: int, warmup: float, schedule: str) -> float:
+    """The learning rate of step `step` (0-based) of `total`: linear warm-up over the first
+    ceil(warmup * total) steps (peak * (step + 1) / warm), then `peak` ("constant") or a half
+    cosine from `peak` at the end of the warm-up to 0 after the last step ("cosine")."""
+    if not 0 <= step < total:
+        raise ValueError(f"step {step} is outside 0..{total - 1}")
+    warm = math.ceil(warmup * total)
+    if step < warm:
+        return peak * (step + 1) / warm
+    if schedule == "constant":
+        return peak
+    if schedule != "cosine":
+        raise ValueError(f"schedule: unknown {schedule!r}")
+    return peak * 0.5 * (1.0 + math.cos(math.pi * (step - warm) / (total - warm)))
+
+
 def positive_top1(queries: torch.Tensor, keys: torch.Tensor) -> float:
     """The share of queries whose most similar key (inner product) is their own positive, the
     key of the same row, among all the rows' keys: the objective's own retrieval, chance 1/B.
@@ -190,9 +208,9 @@ def densecl_loss(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """DenseCL's loss on one batch; returns (loss, global keys, dense keys to enqueue).
 
-    The dense key an image enqueues is the normalised mean of its view-2 dense keys (DenseCL's
-    choice). Shape: views (B, c, s, s), match (B, K) int64 (-1: no correspondent) with some
-    image matched -> (), (B, D), (B, D).
+    The dense key an image enqueues is `dense_queue_key` of its view-2 dense keys.
+    Shape: views (B, c, s, s), match (B, K) int64 (-1: no correspondent) with some image
+    matched -> (), (B, D), (B, D).
     """
     kept = torch.nonzero((match >= 0).any(dim=1)).squeeze(1).to(view1.device)
     if kept.numel() == 0:
@@ -209,4 +227,10 @@ def densecl_loss(
         q_dense, k_dense[kept], queues[1].keys, match, "ext", temperature
     )
     loss = dense_image.combined_loss(dense, glob, lam).mean()
-    return loss, k_global, F.normalize(k_dense.mean(dim=1), dim=1)
+    return loss, k_global, dense_queue_key(k_dense)
+
+
+def dense_queue_key(k_dense: torch.Tensor) -> torch.Tensor:
+    """The dense key an image enqueues: the normalised mean of its dense keys (DenseCL's
+    choice). Shape: (B, K, D) -> (B, D)."""
+    return F.normalize(k_dense.mean(dim=1), dim=1)

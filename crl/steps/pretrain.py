@@ -16,8 +16,9 @@ Files, under the job's root (written by rank 0, each atomically):
   epochs/epoch=<e>.parquet  one row per epoch: loss, images, seconds, throughput (the
                             pretrain table, crl.steps.schema "pretrain")
   state.pt                  what resuming needs after epoch e: the encoder, the key encoder,
-                            the optimizer, the queues and e; written after the epoch's
-                            checkpoint and row, so it is the epoch's commit point
+                            the optimizer, the queues, e and its row; written after the
+                            epoch's checkpoint and before its row, so it is the epoch's
+                            commit point
 Every epoch's randomness (the order of the images, the views) comes from generators keyed by
 (seed, epoch, rank): an epoch after a resume draws what it would have drawn without the
 interruption, so a resumed pretraining ends with the same weights as an uninterrupted one.
@@ -253,6 +254,8 @@ def train(job: PretrainJob, ctx: Context) -> None:
             f"pretrain.batch: {p.batch} is larger than the pretraining split "
             f"({images.shape[0]} images)"
         )
+    if start == 0 and dense_loss and p.queue_init == "keys":
+        _fill_queues(job, ctx, key, queues, images)
     for epoch in range(start + 1, p.epochs + 1):
         started = time.perf_counter()
         model.train()
@@ -271,7 +274,7 @@ def train(job: PretrainJob, ctx: Context) -> None:
             "device": ctx.device.type,
             "seconds": seconds,
             "images_per_second": seen / seconds,
-            "lr": p.lr,
+            "lr": _lr(p, epoch * steps - 1, steps),
             "queue_staleness": stale,
         }
         if ctx.rank == 0:
@@ -303,6 +306,8 @@ def _train_epoch(
         lo = step * p.batch + ctx.rank * per_worker
         a, b, match = job.task.views(images[order[lo : lo + per_worker]], draw, dense_loss)
         a, b = a.to(ctx.device), b.to(ctx.device)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(p, (epoch - 1) * steps + step, steps)
         if dense_loss:
             loss, k_global, k_dense = objectives.densecl_loss(
                 model, key, a, b, match, queues, p.temperature, p.lam
@@ -322,6 +327,36 @@ def _train_epoch(
         loss_sum += float(loss.detach()) * a.shape[0]
         seen += a.shape[0]
     return loss_sum, seen, (stale / steps if dense_loss else None)
+
+
+def _lr(p: PretrainConfig, step: int, steps: int) -> float:
+    """The learning rate of global step `step` (0-based) of `steps` an epoch."""
+    return objectives.learning_rate(p.lr, step, p.epochs * steps, p.warmup, p.schedule)
+
+
+@torch.no_grad()
+def _fill_queues(
+    job: PretrainJob,
+    ctx: Context,
+    key: nn.Module,
+    queues: tuple[objectives.Queue, ...],
+    images: torch.Tensor,
+) -> None:
+    """DenseCL's queues filled with real keys before the first step: the momentum encoder's
+    keys of view 2 of the first `queue` images of a seeded order (whole global batches, so
+    fewer when the split is smaller; the rest of the queue stays random), enqueued batch by
+    batch as training enqueues them."""
+    p = job.pretrain
+    per_worker = p.batch // ctx.world_size
+    order = torch.randperm(images.shape[0], generator=generator(p.seed, "pretrain-queue-fill"))
+    draw = generator(p.seed, "pretrain-queue-fill-views", ctx.rank)
+    for step in range(max(1, min(p.queue, images.shape[0]) // p.batch)):
+        ids = order[step * p.batch : (step + 1) * p.batch]
+        mine = ids[ctx.rank * per_worker : (ctx.rank + 1) * per_worker]
+        _, view2, _ = job.task.views(images[mine], draw, False)
+        k_global, k_dense = key(view2.to(ctx.device))
+        queues[0].push(ctx.gather(k_global), ids)
+        queues[1].push(ctx.gather(objectives.dense_queue_key(k_dense)), ids)
 
 
 RETRIEVAL_IMAGES = 256  # the fixed images of the per-epoch retrieval

@@ -234,3 +234,18 @@ def test_a_queue_knows_which_images_its_keys_came_from() -> None:
     again = objectives.Queue(6, 3, torch.Generator().manual_seed(1))
     again.load(queue.state())
     assert torch.equal(again.ids, queue.ids) and again.pointer == queue.pointer
+
+
+def test_learning_rate_warms_up_linearly_then_follows_the_schedule() -> None:
+    """100 steps, a warm-up of 10: lr rises peak/10, 2 peak/10, ..., peak at step 9; cosine
+    then falls from peak at step 10 through peak/2 half way to near 0 at the last step."""
+    lr = [objectives.learning_rate(0.5, s, 100, 0.1, "cosine") for s in range(100)]
+    assert lr[:10] == pytest.approx([0.05 * (s + 1) for s in range(10)], abs=1e-15)
+    assert lr[10] == 0.5 and lr[55] == pytest.approx(0.25, abs=1e-15)
+    assert lr[99] == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 89 / 90)), abs=1e-15)
+    assert all(a >= b for a, b in zip(lr[10:], lr[11:], strict=False))
+    constant = [objectives.learning_rate(0.5, s, 100, 0.1, "constant") for s in range(100)]
+    assert constant[:10] == lr[:10] and set(constant[9:]) == {0.5}
+    assert objectives.learning_rate(0.5, 0, 7, 0.0, "cosine") == 0.5  # no warm-up
+    with pytest.raises(ValueError, match="step 100 is outside 0..99"):
+        objectives.learning_rate(0.5, 100, 100, 0.1, "cosine")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from crl.core.dense_config import DenseConfig
+from crl.kernels.pretrain import learning_rate
 from crl.kernels.seeding import generator
 from crl.steps import pretrain
 from crl.steps.data import list_to_numpy
@@ -183,14 +184,15 @@ def test_a_batch_larger_than_the_pretraining_split_is_refused_before_work() -> N
 def test_each_epoch_records_the_queues_staleness_and_the_objectives_retrieval(
     tmp_path: Path,
 ) -> None:
-    """A queue as large as the pretraining split (32 images, batches of 8): in the first epoch
-    it holds no key of a batch's own images (each image is drawn once an epoch), in the second
-    it does; the share equals a replay of the epochs' orders with the queue as a list."""
-    dense = _dense(SHAPES, epochs=2, checkpoints=[0, 2], queue=32)
+    """A queue as large as the pretraining split (32 images, batches of 8), filled before the
+    first step with the keys of a seeded order of all 32 images: every batch finds its own
+    images' keys in it; the share equals a replay of the fill and the epochs' orders with the
+    queue as a list. The row's lr is the schedule's at the epoch's last step."""
+    dense = _dense(SHAPES, epochs=2, checkpoints=[0, 2], queue=32, schedule="cosine", warmup=0.1)
     job = _materialize(dense, tmp_path)
     pretrain.train(job, pretrain.SingleProcess())
     rows = pretrain.epoch_rows(job.root).to_pylist()
-    queue: list[int] = [-1] * 32
+    queue = torch.randperm(32, generator=generator(0, "pretrain-queue-fill")).tolist()
     for row in rows:
         order = torch.randperm(32, generator=generator(0, "pretrain", row["epoch"])).tolist()
         shares = []
@@ -200,8 +202,26 @@ def test_each_epoch_records_the_queues_staleness_and_the_objectives_retrieval(
             queue = queue[8:] + batch  # the oldest 8 keys make way for the batch's
         assert row["queue_staleness"] == pytest.approx(sum(shares) / 4, abs=1e-12)
         assert 0.0 <= row["positive_top1"] <= 1.0 and row["positive_chance"] == 1 / 32
-        assert row["lr"] == dense.pretrain.lr
-    assert rows[0]["queue_staleness"] == 0.0 and rows[1]["queue_staleness"] > 0.0
+        p = dense.pretrain
+        expected_lr = learning_rate(p.lr, 4 * row["epoch"] - 1, 8, p.warmup, p.schedule)
+        assert row["lr"] == expected_lr
+    assert rows[0]["queue_staleness"] > 0.0  # the fill's keys include the batches' images
+    assert rows[1]["lr"] < rows[0]["lr"] < dense.pretrain.lr  # cosine, after the warm-up
+
+
+def test_random_initial_queues_hold_no_key_of_a_batch_in_the_first_epoch(tmp_path: Path) -> None:
+    """queue_init: random keeps MoCo's random unit vectors until the first epoch replaces them:
+    no key of a batch's own images before the second epoch; the weights differ from those of a
+    queue filled with keys."""
+    filled = _materialize(_dense(SHAPES, epochs=1, checkpoints=[1], queue=32), tmp_path / "keys")
+    pretrain.train(filled, pretrain.SingleProcess())
+    dense = _dense(SHAPES, epochs=1, checkpoints=[1], queue=32, queue_init="random")
+    job = _materialize(dense, tmp_path / "random")
+    pretrain.train(job, pretrain.SingleProcess())
+    assert pretrain.epoch_rows(job.root).to_pylist()[0]["queue_staleness"] == 0.0
+    a = torch.load(job.checkpoint(1), weights_only=True)
+    b = torch.load(filled.checkpoint(1), weights_only=True)
+    assert any(not torch.equal(a[name], b[name]) for name in a)
 
 
 def test_a_row_lost_between_the_state_and_the_row_is_written_back(tmp_path: Path) -> None:
