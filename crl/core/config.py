@@ -273,6 +273,17 @@ class Config(Run):
             found["dense.pretrain"] = self.dense.pretrain
         return found
 
+    def draws_hash(self) -> str:
+        """The hash that keys the cells' random draws: the config's without its pretraining
+        sections. Every checkpoint of a pretraining, every pretraining recipe and the same
+        config without pretraining then draw the same samples, negatives and heads' starts
+        (common random numbers: epoch 0 is the frozen encoder's cells exactly, and the
+        differences between epochs are paired). Equal to `hash()` without pretraining."""
+        update: dict = {"encoder": self.encoder.model_copy(update={"pretrain": None})}
+        if self.dense is not None:
+            update["dense"] = self.dense.model_copy(update={"pretrain": None})
+        return self.model_copy(update=update).hash()
+
     def m_star_metrics(self) -> list[str]:
         """The metrics whose m*(n) the fits table reports (eval.m_star.metrics or the default)."""
         if self.eval.m_star.metrics is not None:

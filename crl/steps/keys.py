@@ -4,6 +4,7 @@ of the config hash and its key, so a rerun of the same config finds its finished
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from crl.core.config import GRID_AXES, Config, GridConfig, objectives
 from crl.kernels.seeding import short_hash
@@ -41,6 +42,14 @@ class CellKey:
     def normalisation(self) -> str:
         """How the cell's vector features are put in the unit ball."""
         return self.normalise or "scale"
+
+
+def draws_id(config: Config, key: Any) -> str:
+    """What keys the random draws of the cell `key` (a CellKey or a dense key): its id at
+    encoder_epoch None under `config.draws_hash()`, so the cells of every checkpoint of a
+    pretraining, of every recipe and of the config without pretraining draw alike (common
+    random numbers). The cell's own id without pretraining."""
+    return replace(key, encoder_epoch=None).cell_id(config.draws_hash())
 
 
 def cell_config(config: Config, key: CellKey) -> Config:

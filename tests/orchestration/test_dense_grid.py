@@ -101,7 +101,7 @@ def test_train_loss_recomputed_from_the_stored_head(dense_run: dict) -> None:
             row["seed"],
         )
         assert key.cell_id(cfg.hash()) == row["cell_id"]
-        batch, _, _ = draw_train(cfg, key, row["cell_id"], features)
+        batch, _, _ = draw_train(cfg, key, features)
         W = torch.tensor(row["head"], dtype=torch.float64).reshape(row["d"], row["p"])
         loss = naive_dense_loss(W, batch.phi1, batch.phi2, batch.match, batch.neg, key.negatives, T)
         if key.lam < 1:

@@ -23,6 +23,7 @@ from crl.kernels.seeding import generator, short_hash
 from crl.kernels.solver import Solution, SolverSpec, apg, autograd, project_ball
 from crl.steps.dense import certify as dense_certify
 from crl.steps.dense.features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
+from crl.steps.keys import draws_id
 from crl.steps.signal import signal_columns
 
 F64 = torch.float64
@@ -173,11 +174,12 @@ def _retrieval(W: torch.Tensor, split: DenseSplit, count: int) -> float:
 
 
 def draw_train(
-    config: Config, key: DenseKey, cell_id: str, features: DenseFeatures
+    config: Config, key: DenseKey, features: DenseFeatures
 ) -> tuple[Batch, Negatives, torch.Generator]:
     """The cell's n training images and their negatives (or queue), and the cell's generator
-    in the state that follows (it goes on to draw the head's start and the held-out negatives)."""
-    gen = generator(config.seed, cell_id, "dense")
+    in the state that follows (it goes on to draw the head's start and the held-out negatives).
+    The draws are keyed by `draws_id`: the same at every encoder epoch."""
+    gen = generator(config.seed, draws_id(config, key), "dense")
     corr = key.correspondence
     kept = torch.from_numpy(features.train.kept(corr))
     if kept.numel() < key.n:
@@ -297,7 +299,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     R = head.R if key.R is None else key.R
     d, m, lam = head.d, key.m, key.lam
     corr, shared = key.correspondence, key.regime == "sscrl"
-    train, neg, gen = draw_train(config, key, cell_id, features)
+    train, neg, gen = draw_train(config, key, features)
 
     solution = _fit(train, key.negatives, lam, (d, features.p), R, T, head, gen)
     W = solution.params.detach()

@@ -21,7 +21,7 @@ from crl.kernels.seeding import derive_seed, generator
 from crl.steps import data
 from crl.steps.embed import build
 from crl.steps.features import Features, on_unit_sphere
-from crl.steps.keys import CellKey, cell_config
+from crl.steps.keys import CellKey, cell_config, draws_id
 from crl.steps.signal import signal_columns
 from crl.steps.unimodal import certify, ladder, sampling
 from crl.steps.unimodal.fit import fit_head
@@ -140,15 +140,16 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     The key's R, temperature and normalisation replace the config's where it has them."""
     started = time.perf_counter()
     cell_id = key.cell_id(config.hash())
+    draws = draws_id(config, key)
     config = cell_config(config, key)
     if key.normalisation() == "unit":
         features = on_unit_sphere(features)
     ev, model = config.eval, config.model
-    gen = generator(config.seed, cell_id, "cell")
+    gen = generator(config.seed, draws, "cell")
     source = population(config, features)
     draw = source.train(key.n, key.m, key.regime == "sscrl", gen, sampling.BLOCK_ELEMENTS)
     weight, fitted = fit_head(config, draw, key.loss, gen)
-    rad_seed = derive_seed(config.seed, cell_id, "rademacher")
+    rad_seed = derive_seed(config.seed, draws, "rademacher")
     seen = _sample_pass(
         draw, weight, key.loss, ev.temperature, model.R, ev.rademacher_draws, rad_seed
     )
@@ -202,7 +203,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
     fresh = isinstance(source, sampling.ModelPopulation)
     row.update(_signal_and_test_set(weight, test, key.loss, ev.temperature, ev.delta, fresh, row))
-    row.update(_ladder(config, key, cell_id, source, draw, weight, held, row))
+    row.update(_ladder(config, key, draws, source, draw, weight, held, row))
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)
@@ -242,7 +243,7 @@ def _signal_and_test_set(
 def _ladder(
     config: Config,
     key: CellKey,
-    cell_id: str,
+    draws: str,
     source: sampling.ModelPopulation | sampling.SplitPopulation,
     draw: sampling.TrainDraw,
     weight: torch.Tensor,
@@ -252,7 +253,7 @@ def _ladder(
     """The PAC-Bayes and uniform-deviation rungs (crl.steps.unimodal.ladder), from a generator
     of their own, so that the cell's other columns do not depend on whether they run."""
     ladder_config, ev = config.eval.ladder, config.eval
-    gen = generator(config.seed, cell_id, "ladder")
+    gen = generator(config.seed, draws, "ladder")
     width = row["loss_range"]
     scale = ladder.Scale(row["loss_min"], width) if math.isfinite(width) and width > 0 else None
     search = (held.views, held.sample)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from crl.steps.dense.features import (
     pool_disjoint,
     pool_draw,
 )
+from crl.steps.keys import draws_id
 from tests.steps.helpers import naive_dense_loss
 
 DENSE = {
@@ -58,7 +60,8 @@ DENSE = {
 def dense_config(**dense: dict) -> Config:
     tree = {k: dict(v) if isinstance(v, dict) else v for k, v in DENSE.items()}
     for key, value in dense.items():  # a new images kind replaces the section
-        tree[key] = value if "kind" in value and key == "images" else {**tree[key], **value}
+        fresh = ("kind" in value and key == "images") or key not in tree
+        tree[key] = value if fresh else {**tree[key], **value}
     return validate({"name": "dense-tiny", "seed": 5, "dense": tree})
 
 
@@ -366,7 +369,7 @@ def test_a_dense_cell_runs_at_its_keys_r_and_temperature(run) -> None:
     d, p = cfg.dense.head.d, features.p
     W = torch.tensor(row["head"], dtype=torch.float64).reshape(d, p)
     assert float(W.norm()) <= 2.0 + 1e-9
-    batch, _, _ = draw_train(cfg, key, key.cell_id(cfg.hash()), features)
+    batch, _, _ = draw_train(cfg, key, features)
     dense = naive_dense_loss(W, batch.phi1, batch.phi2, batch.match, batch.neg, "ext", 0.25)
     assert math.isclose(row["train_loss"], dense, rel_tol=1e-10)
 
@@ -505,7 +508,7 @@ def test_dense_cell_row_recomputes_and_holds(run, key: DenseKey) -> None:
     d, p = cfg.dense.head.d, features.p
     W = torch.tensor(row["head"], dtype=torch.float64).reshape(d, p)
     assert float(W.norm()) <= cfg.dense.head.R + 1e-9
-    batch, _, _ = draw_train(cfg, key, cell_id, features)
+    batch, _, _ = draw_train(cfg, key, features)
     T = cfg.dense.eval.temperature
     dense = naive_dense_loss(W, batch.phi1, batch.phi2, batch.match, batch.neg, key.negatives, T)
     assert math.isclose(row["train_dense_loss"], dense, rel_tol=1e-10)
@@ -562,3 +565,29 @@ def test_dense_cell_row_recomputes_and_holds(run, key: DenseKey) -> None:
     assert row["loss_range"] == row["loss_range_hi"] - row["loss_range_lo"]
     assert row["learning_gain_rel"] == pytest.approx(row["learning_gain"] / row["loss_range"])
     assert row["learned"] == (row["learning_gain"] - row["learning_gain_ci"] > 0)
+
+
+def test_every_checkpoint_and_recipe_draws_what_the_frozen_encoders_cell_draws(run) -> None:
+    """Common random numbers: a cell's draws are keyed without its encoder epoch and without
+    the pretraining section, so the epoch-0 cell of a pretraining run is the cell of the same
+    config without pretraining, column for column but its id, and a later epoch's cell trains
+    on the same images and negatives."""
+    cfg, _, features = run
+    pretrain = {"epochs": 3, "images": 16, "batch": 8, "queue": 8, "projection": 4}
+    pretrained = dense_config(pretrain=pretrain)
+    other_recipe = dense_config(pretrain={**pretrain, "lr": 0.01, "schedule": "cosine"})
+    key = KEYS[0]
+    at0, at3 = replace(key, encoder_epoch=0), replace(key, encoder_epoch=3)
+    assert draws_id(cfg, key) == key.cell_id(cfg.hash())  # no pretraining: the cell's id
+    ids = {draws_id(pretrained, at0), draws_id(pretrained, at3), draws_id(other_recipe, at3)}
+    assert ids == {key.cell_id(cfg.hash())}
+    assert len({at0.cell_id(pretrained.hash()), at3.cell_id(pretrained.hash())}) == 2
+    frozen = run_dense_cell(cfg, key, key.cell_id(cfg.hash()), features)
+    epoch0 = run_dense_cell(pretrained, at0, at0.cell_id(pretrained.hash()), features)
+    differ = [c for c in frozen if c not in ("cell_id", "encoder_epoch", "wall_seconds")
+              and c != "bounds_seconds" and frozen[c] != epoch0[c]
+              and not (frozen[c] != frozen[c] and epoch0[c] != epoch0[c])]  # fmt: skip
+    assert differ == []
+    a, _, _ = draw_train(pretrained, at0, features)
+    b, _, _ = draw_train(pretrained, at3, features)
+    assert torch.equal(a.phi1, b.phi1) and torch.equal(a.neg, b.neg)
