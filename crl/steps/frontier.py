@@ -10,7 +10,9 @@ seeds averaged) is
   loss's range (`bound_rel` = best bound / loss range < 1; at or above 1 the bound says nothing
   the range does not).
 
-For every (family, dataset, regime, loss, n) the frontier has two rows:
+For every (family, dataset, regime, loss, n, encoder_epoch) the frontier has two rows (with a
+pretraining, one pair per checkpoint: what the encoder of that epoch lets a head learn and a
+bound certify; encoder_epoch is null without one):
 
 - `largest_certified_gain`: among certified points, the one whose head gained most over f = 0
   (`learning_gain`, in the loss's units: nats for InfoNCE and logistic-type losses, score units
@@ -34,9 +36,9 @@ import polars as pl
 from crl.core.provenance import PROVENANCE_COLUMNS
 from crl.steps.tables import DENSE_KEYS, SETTINGS
 
-GROUP = ["family", "dataset", "regime", "loss", "n"]
+GROUP = ["family", "dataset", "regime", "loss", "n", "encoder_epoch"]
 KINDS = ("largest_certified_gain", "smallest_learned_bound")
-POINT = ["m", *SETTINGS, *DENSE_KEYS]
+POINT = ["m", *(s for s in SETTINGS if s not in GROUP), *DENSE_KEYS]
 VALUES = {
     "learning_gain": pl.Float64,
     "learning_gain_seed_ci": pl.Float64,
@@ -117,8 +119,8 @@ def _row(ident: dict, kind: str, chosen: pl.DataFrame, candidates: int, total: i
 
 
 def frontier(summary: pl.DataFrame) -> pl.DataFrame:
-    """tables/frontier.parquet: two rows per (family, dataset, regime, loss, n) of the grid
-    cells that have a learning gain (see the module's docstring)."""
+    """tables/frontier.parquet: two rows per (family, dataset, regime, loss, n,
+    encoder_epoch) of the grid cells that have a learning gain (see the module's docstring)."""
     if "learning_gain_mean" not in summary.columns:
         return pl.DataFrame(schema=SCHEMA)
     frame = points(summary.filter(pl.col("learning_gain_mean").is_not_null()))
@@ -134,6 +136,4 @@ def frontier(summary: pl.DataFrame) -> pl.DataFrame:
         by_bound = learned.sort("bound_rel", nulls_last=True)
         rows.append(_row(ident, KINDS[0], by_gain, certified.height, group.height))
         rows.append(_row(ident, KINDS[1], by_bound, learned.height, group.height))
-    return pl.from_dicts(rows, schema=SCHEMA).sort(
-        ["family", "dataset", "regime", "loss", "n", "kind"], maintain_order=True
-    )
+    return pl.from_dicts(rows, schema=SCHEMA).sort([*GROUP, "kind"], maintain_order=True)

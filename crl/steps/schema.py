@@ -142,11 +142,12 @@ PAGE_TABLES: dict[str, tuple[str, str]] = {
         "(the fit redone in every replicate) |",
     ),
     "frontier": (
-        "per (family, dataset, regime, loss, n): learning against certification",
+        "per (family, dataset, regime, loss, n, encoder_epoch): learning against certification",
         "Two rows (`kind`) per group, over the summary's grid points (one setting of R, "
         "temperature and normalise and one m, seeds averaged; dense points also per negatives, "
-        "correspondence, lam); the keys `family`, `dataset`, `regime`, `loss`, `n` are the "
-        "cells' ones. A point is *learned* when its head beat f = 0 in every seed "
+        "correspondence, lam); the keys `family`, `dataset`, `regime`, `loss`, `n`, "
+        "`encoder_epoch` are the cells' ones (with a pretraining, a pair of rows per "
+        "checkpoint). A point is *learned* when its head beat f = 0 in every seed "
         "(`learned_fraction` = 1) and *certified* when its sampling is certified in every seed "
         "and its best certified bound on the gap is below the loss range (`bound_rel` < 1).",
     ),

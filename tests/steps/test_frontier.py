@@ -96,6 +96,22 @@ def test_dense_points_use_the_dense_bound_and_their_axes() -> None:
     assert (row["negatives"], row["correspondence"], row["lam"]) == ("ext", "geometric", 1.0)
 
 
+def test_each_checkpoint_of_a_pretraining_has_its_own_pair_of_rows() -> None:
+    """The random encoder's best certified point and the trained one's are both rows: the
+    frontier tells what pretraining changed at each n."""
+    summary = _summary(
+        _point(4, 1.0, 1.0, 0.01, 1.0, 0.0, encoder_epoch=0),  # random: certified, not learned
+        _point(4, 1.0, 1.0, 0.20, 3.0, 1.0, encoder_epoch=10),  # trained: learned, certified
+    )
+    table = frontier.frontier(summary)
+    gain = table.filter(pl.col("kind") == "largest_certified_gain")
+    assert gain.select(["encoder_epoch", "learning_gain", "learned"]).rows() == [
+        (0, 0.01, False),
+        (10, 0.20, True),
+    ]
+    assert set(table["points"].to_list()) == {1}
+
+
 def test_without_signal_columns_the_frontier_is_empty() -> None:
     table = frontier.frontier(_summary({**PROV, "regime": "scrl", "n": 5}))
     assert table.height == 0 and table.columns == list(frontier.SCHEMA)
