@@ -89,11 +89,28 @@ def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
     return frame[column].cast(pl.Float64).fill_null(np.nan).to_numpy()
 
 
+HEAD_SETTINGS = ("R", "temperature", "normalise")  # a line each when the grid varies them
+
+
+def curve_keys(frame: pl.DataFrame, family: Family) -> list[str]:
+    """What tells one line of the by-epoch panels from another: the family's objective keys
+    and the head settings that take several values in `frame`."""
+    varying = [c for c in HEAD_SETTINGS if c in frame.columns and frame[c].n_unique() > 1]
+    return [*(c for c in family.curve if c in frame.columns), *varying]
+
+
 def at_largest(summary: pl.DataFrame, family: Family) -> pl.DataFrame:
     """The summary at its largest n and m, every encoder epoch."""
     return summary.filter(
         (pl.col("n") == summary["n"].max()) & (pl.col("m") == summary["m"].max())
-    ).sort([*[c for c in family.curve if c in summary.columns], "encoder_epoch"])
+    ).sort([*curve_keys(summary, family), "encoder_epoch"])
+
+
+def _label(keys: list[str], values: tuple) -> str:
+    return " ".join(
+        f"{k}={v:g}" if k in HEAD_SETTINGS and isinstance(v, float) else str(v)
+        for k, v in zip(keys, values, strict=True)
+    )
 
 
 def plot_curve(pretrain: pl.DataFrame, path: Path, save: Save) -> None:
@@ -122,7 +139,7 @@ def plot_curve(pretrain: pl.DataFrame, path: Path, save: Save) -> None:
 def plot_by_epoch(top: pl.DataFrame, family: Family, path: Path, save: Save) -> None:
     """Each metric against the encoder epoch, a line per objective (seed CI bars)."""
     fig, axes = panels(len(family.metrics))
-    keys = [c for c in family.curve if c in top.columns]
+    keys = curve_keys(top, family)
     for ax, (metric, label, baseline) in zip(axes, family.metrics, strict=False):
         for i, (key, line) in enumerate(top.group_by(keys, maintain_order=True)):
             per_seed = f"{metric}_mean" in line.columns  # else one value per encoder
@@ -133,7 +150,7 @@ def plot_by_epoch(top: pl.DataFrame, family: Family, path: Path, save: Save) -> 
                 marker="o",
                 ms=3,
                 color=f"C{i % 10}",
-                label=" ".join(str(k) for k in key),
+                label=_label(keys, key),
             )
             if baseline is not None:
                 ax.plot(
@@ -179,6 +196,6 @@ def section(
     parts.append(
         f'<h2>{family.name} cells against the encoder\'s epoch{dotted}</h2><img src="{image}">'
     )
-    columns = [*family.curve, "encoder_epoch", "m", "n", "seeds", *family.table]
+    columns = [*curve_keys(top, family), "encoder_epoch", "m", "n", "seeds", *family.table]
     parts.append(table(top.select([c for c in columns if c in top.columns])))
     return "\n".join(parts)
