@@ -239,6 +239,7 @@ BENCHES = {
     "bounds": ["bench/bounds_share.py"],
     "dense": ["bench/dense_loss.py"],
     "gpu": ["bench/gpu.py"],
+    "pretrain": ["bench/pretrain_overhead.py"],
 }
 
 
