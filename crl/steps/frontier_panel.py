@@ -55,7 +55,7 @@ def setting_note(setting: dict) -> str:
     )
     return (
         f"<p>The grid varies {', '.join(setting)}: the panels below are drawn at {named}; "
-        "the frontier above covers every setting.</p>"
+        "the frontier above and the pretraining panels cover every setting.</p>"
     )
 
 

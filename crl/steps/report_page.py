@@ -31,13 +31,13 @@ class Page:
         self, summary: pl.DataFrame, fits: pl.DataFrame, encoder: pretrain_panel.Family
     ) -> tuple[list[str], pl.DataFrame, pl.DataFrame]:
         """A family's opening sections (the note of the reference setting of the optional axes;
-        every encoder epoch of its pretraining at the other settings), then its summary and fits
-        at the reference setting, which its own panels draw."""
+        every encoder epoch of its pretraining, a line per objective and head setting: what
+        each head can see of what the encoder learned), then its summary and fits at the
+        reference setting, which its own panels draw."""
         setting = frontier_panel.reference_setting(summary)
-        others = {k: v for k, v in setting.items() if k != "encoder_epoch"}
         pretrained = pretrain_panel.section(
             self.pretrain,
-            frontier_panel.at_setting(summary, others),
+            summary,
             encoder,
             self.out,
             self.save,
