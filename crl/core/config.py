@@ -19,6 +19,7 @@ from crl.core.datasets import DATASET_KINDS as DATASET_KINDS
 from crl.core.datasets import PAIRED_KINDS as PAIRED_KINDS
 from crl.core.datasets import Dataset as Dataset
 from crl.core.datasets import DigitsData as DigitsData
+from crl.core.datasets import GlyphsData as GlyphsData
 from crl.core.datasets import PairedGaussianData as PairedGaussianData
 from crl.core.datasets import PairedParquetData as PairedParquetData
 from crl.core.datasets import ParquetData as ParquetData
@@ -46,12 +47,13 @@ from crl.core.validation import validated
 class EncoderConfig(_Strict):
     """Frozen backbone applied in the embed stage; the cell then fits a norm-bounded linear head.
 
-    `pretrain` (small_cnn on a finite image source: digits, user Parquet): the encoder trained
-    with NT-Xent on `pretrain.fraction` of the train rows, which the cells never draw from
-    (crl.steps.unimodal.pretrain_task); each of its checkpoints is embedded and becomes the cells'
-    axis encoder_epoch (0: the random initialisation)."""
+    `pretrain` (small_cnn on square images, mlp on any rows): the encoder trained with NT-Xent
+    on rows that the cells never draw from (crl.steps.unimodal.pretrain_task): a finite source
+    (digits, glyphs, user Parquet) gives `pretrain.fraction` of its train rows, the synthetic
+    source `pretrain.images` draws of its own. Each checkpoint is embedded and becomes the
+    cells' axis encoder_epoch (0: the random initialisation)."""
 
-    kind: Literal["identity", "random_features", "small_cnn"] = "identity"
+    kind: Literal["identity", "random_features", "small_cnn", "mlp"] = "identity"
     out_dim: int = Field(128, ge=1)
     seed: int = 0
     batch_rows: int = Field(4096, ge=1)
@@ -141,6 +143,8 @@ class Config(Run):
         "dense.grid.temperature",
         "dense.pretrain",
         "encoder.pretrain",
+        "encoder.pretrain.augment",
+        "dense.pretrain.augment",
         "dataset.clip",
         "eval.oracle_anchors",
         "eval.ladder",
@@ -206,28 +210,47 @@ class Config(Run):
         p = self.encoder.pretrain
         if p is None:
             return self
-        if self.encoder.kind != "small_cnn":
+        if self.encoder.kind not in ("small_cnn", "mlp"):
             raise ValueError(
-                f"encoder.pretrain: only the small_cnn encoder is pretrained (encoder.kind is "
-                f"{self.encoder.kind})"
+                f"encoder.pretrain: only the small_cnn and mlp encoders are pretrained "
+                f"(encoder.kind is {self.encoder.kind})"
             )
-        if self.dataset is None or not isinstance(self.dataset, DigitsData | ParquetData):
-            kind = None if self.dataset is None else self.dataset.kind
+        kind = None if self.dataset is None else self.dataset.kind
+        sources = ("digits", "glyphs", "parquet")
+        if self.encoder.kind == "mlp":
+            sources = ("synthetic", *sources)
+        if kind not in sources:
             raise ValueError(
-                f"encoder.pretrain: pretraining takes its rows from a finite image source "
-                f"(dataset.kind digits or parquet), not {kind}"
+                f"encoder.pretrain: the {self.encoder.kind} encoder pretrains on dataset.kind "
+                f"{' or '.join(sources)}, not {kind}"
             )
         if p.objective != "nt_xent":
             raise ValueError(
                 f"encoder.pretrain.objective: {p.objective} needs position features (the dense "
-                "backbone); the small_cnn encoder pretrains with nt_xent"
+                f"backbone); the {self.encoder.kind} encoder pretrains with nt_xent"
             )
-        if p.given("images"):
+        if kind == "synthetic" and p.given("fraction"):
+            raise ValueError(
+                "encoder.pretrain.fraction: synthetic rows are drawn; give encoder.pretrain.images"
+            )
+        if kind != "synthetic" and p.given("images"):
             raise ValueError(
                 "encoder.pretrain.images: the pretraining rows come from the dataset; give "
                 "encoder.pretrain.fraction (the share of its train rows pretraining takes)"
             )
         return self
+
+    def pretrain_augment(self) -> str:
+        """The views of encoder.pretrain: its `augment`, or affine for glyphs, shift for the
+        small_cnn's other images, mask for the mlp's rows."""
+        p = self.encoder.pretrain
+        if p is None:
+            raise ValueError("encoder.pretrain: not set")
+        if p.augment is not None:
+            return p.augment
+        if getattr(self.dataset, "kind", None) == "glyphs":
+            return "affine"
+        return "shift" if self.encoder.kind == "small_cnn" else "mask"
 
     @model_validator(mode="after")
     def _ladder_single_modality(self) -> Config:

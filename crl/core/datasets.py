@@ -33,6 +33,22 @@ class DigitsData(_Strict):
     shards: int = Field(4, ge=1)
 
 
+class GlyphsData(_Strict):
+    """Procedural grayscale glyphs (crl.kernels.glyphs): one shape per image, its class, under
+    random position, rotation, scale, contrast, background, `clutter` blobs and pixel noise of
+    `noise`; a finite source of `train_size` + `test_size` images rendered from the run seed,
+    on which a random encoder separates the classes poorly and pretraining can show."""
+
+    kind: Literal["glyphs"]
+    classes: int = Field(8, ge=2, le=8)
+    side: int = Field(16, ge=8, le=64)
+    clutter: int = Field(3, ge=0, le=16)
+    noise: float = Field(0.1, ge=0, le=1)
+    train_size: int = Field(8000, ge=2)
+    test_size: int = Field(2000, ge=2)
+    shards: int = Field(4, ge=1)
+
+
 class ParquetData(_Strict):
     """Any user Parquet: a feature column (list of numbers) or an image column, and a label."""
 
@@ -90,7 +106,7 @@ class PairedParquetData(_Strict):
 
 
 Dataset = Annotated[
-    SyntheticData | DigitsData | ParquetData | PairedGaussianData | PairedParquetData,
+    SyntheticData | DigitsData | GlyphsData | ParquetData | PairedGaussianData | PairedParquetData,
     Field(discriminator="kind"),
 ]
 PAIRED_KINDS: tuple[str, ...] = ("paired_gaussian", "paired_parquet")

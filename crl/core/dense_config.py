@@ -188,6 +188,8 @@ class DenseConfig(_Strict):
         p = self.pretrain
         if p is None:
             return self
+        if p.augment is not None:
+            raise ValueError("pretrain.augment: the dense views are crops; set dense.views")
         if isinstance(self.images, ShapesImages) and p.given("fraction"):
             raise ValueError("pretrain.fraction: shapes are generated; give pretrain.images")
         if not isinstance(self.images, ShapesImages) and p.given("images"):

@@ -33,6 +33,11 @@ class PretrainConfig(_Strict):
     half cosine (`cosine`). DenseCL's queues start full of real keys (`queue_init: keys`: the
     momentum encoder's keys of `queue` pretraining images, before the first step) or of
     random unit vectors (`random`, easy negatives that the first epoch's keys replace).
+    `augment` (encoder.pretrain only; the dense views are crops, `dense.views`): the two views
+    of a row: "shift" (one-pixel shifts and noise, crl.steps.data.augment_square), "affine"
+    (rotation, scale, shift, gain and offset: crl.kernels.views.affine_view) or "mask" (SCARF's
+    coordinate replacement for vectors: crl.kernels.views.mask_view); None: affine for glyphs,
+    shift for the small_cnn's other images, mask for the mlp's rows.
     """
 
     objective: Literal["nt_xent", "densecl"] = "densecl"
@@ -45,6 +50,7 @@ class PretrainConfig(_Strict):
     schedule: Literal["constant", "cosine"] = "constant"
     warmup: float = Field(0.0, ge=0, lt=1)
     queue_init: Literal["keys", "random"] = "keys"
+    augment: Literal["shift", "affine", "mask"] | None = None
     temperature: float = Field(0.2, gt=0)
     lam: float = Field(0.5, ge=0, le=1)
     queue: int = Field(1024, ge=1)

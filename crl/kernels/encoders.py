@@ -1,7 +1,8 @@
 """Frozen backbones for the embed stage; one `device` argument, deterministic from a seed.
 
 The learned part of every cell is a norm-bounded linear head on top (crl.kernels.learner), so the
-backbone is fixed: identity, a random-feature map, or a small randomly initialised CNN.
+backbone is fixed: identity, a random-feature map, a small randomly initialised CNN (images) or
+MLP (vectors); the last two can be pretrained first (encoder.pretrain) and then frozen.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import nn
 
 from crl.kernels.seeding import generator
 
-__all__ = ["RandomConv", "RandomFeatures", "SmallCNN", "square_side"]
+__all__ = ["MLP", "RandomConv", "RandomFeatures", "SmallCNN", "build_encoder", "square_side"]
 
 
 def square_side(in_dim: int) -> int:
@@ -65,6 +66,44 @@ class SmallCNN(nn.Module):
         grid = x.reshape(-1, 1, self.side, self.side)
         hidden = torch.relu(self.conv2(torch.relu(self.conv1(grid))))
         return self.head(self.pool(hidden).flatten(1))
+
+
+class MLP(nn.Module):
+    """Two linear layers with a ReLU between, in -> out -> out, randomly initialised (N(0,
+    1/fan in) weights and biases from `seed`) and frozen: the vector counterpart of SmallCNN.
+
+    Shape: (N, in_dim) -> (N, out_dim).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, seed: int) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(in_dim, out_dim)
+        self.out = nn.Linear(out_dim, out_dim)
+        gen = generator(seed, "mlp")
+        with torch.no_grad():
+            for layer in (self.hidden, self.out):
+                fan_in = layer.in_features
+                layer.weight.copy_(
+                    torch.randn(layer.weight.shape, generator=gen) / math.sqrt(fan_in)
+                )
+                layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen) / math.sqrt(fan_in))
+        self.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(x)))
+
+
+def build_encoder(kind: str, in_dim: int, out_dim: int, seed: int) -> nn.Module:
+    """The frozen encoder `kind` (encoder.kind) for inputs of `in_dim` values."""
+    if kind == "identity":
+        return nn.Identity()
+    if kind == "random_features":
+        return RandomFeatures(in_dim, out_dim, seed)
+    if kind == "small_cnn":
+        return SmallCNN(in_dim, out_dim, seed)
+    if kind == "mlp":
+        return MLP(in_dim, out_dim, seed)
+    raise ValueError(f"encoder kind: unknown {kind!r}")
 
 
 class RandomConv(nn.Module):

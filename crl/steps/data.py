@@ -9,6 +9,7 @@ Each shard is a pure function of (dataset config, run seed, split, shard index).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from crl.core.config import DigitsData, PairedParquetData, ParquetData, SyntheticData
+from crl.core.config import DigitsData, GlyphsData, PairedParquetData, ParquetData, SyntheticData
+from crl.core.pretrain_config import PretrainConfig
 from crl.kernels import latent
+from crl.kernels.glyphs import render_glyphs
 from crl.kernels.seeding import generator
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.user_data import SPLITS, user_arrays, user_pairs
 
-Source = SyntheticData | DigitsData | ParquetData | PairedParquetData
+Source = SyntheticData | DigitsData | GlyphsData | ParquetData | PairedParquetData
+Finite = DigitsData | GlyphsData | ParquetData  # sources of a fixed set of rows
 DIGITS_ROWS = 1797  # sklearn.datasets.load_digits
 
 
@@ -73,6 +77,8 @@ def split_sizes(ds: Source, pretrain: float | None = None) -> dict[str, int]:
     if isinstance(ds, DigitsData):
         test = max(1, round(ds.test_fraction * DIGITS_ROWS))
         train = DIGITS_ROWS - test
+    elif isinstance(ds, GlyphsData):
+        test, train = ds.test_size, ds.train_size
     else:
         _, _, is_test = user_arrays(ds)
         test, train = int(is_test.sum()), int((~is_test).sum())
@@ -105,28 +111,37 @@ def shard_path(data_dir: Path, spec: ShardSpec) -> Path:
     return data_dir / f"split={spec.split}" / f"part-{spec.index:05d}.parquet"
 
 
-def input_width(ds: SyntheticData | DigitsData | ParquetData) -> int:
+def input_width(ds: SyntheticData | Finite) -> int:
     """Values per input row, known before any shard is written."""
     if isinstance(ds, SyntheticData):
         return ds.dim
     if isinstance(ds, DigitsData):
         return 64
+    if isinstance(ds, GlyphsData):
+        return ds.side * ds.side
     return int(user_arrays(ds)[0].shape[1])
 
 
-def source_rows(
-    ds: DigitsData | ParquetData, seed: int, pretrain: float | None = None
-) -> dict[str, np.ndarray]:
-    """The rows of a finite source (digits: scikit-learn's order; user Parquet: the file's) that
+def source_rows(ds: Finite, seed: int, pretrain: float | None = None) -> dict[str, np.ndarray]:
+    """The rows of a finite source (digits: scikit-learn's order; glyphs: the test rows first,
+    then train, in rendering order; user Parquet: the file's) that
     each split holds, in shard order: test, train and, with `pretrain` (the share of the train
     rows it takes, drawn by a seeded shuffle), the pretraining split. The splits are disjoint,
     and test and the order of train are those of a run without pretraining."""
-    is_test = None if isinstance(ds, DigitsData) else user_arrays(ds)[2]
-    return _split_rows(ds, seed, pretrain, is_test)
+    return _split_rows(ds, seed, pretrain, _test_mask(ds))
+
+
+def _test_mask(ds: Finite) -> np.ndarray | None:
+    """Which of a finite source's rows are test rows (None for digits: a seeded draw)."""
+    if isinstance(ds, DigitsData):
+        return None
+    if isinstance(ds, GlyphsData):
+        return np.arange(ds.test_size + ds.train_size) < ds.test_size
+    return user_arrays(ds)[2]
 
 
 def _split_rows(
-    ds: DigitsData | ParquetData, seed: int, pretrain: float | None, is_test: np.ndarray | None
+    ds: Finite, seed: int, pretrain: float | None, is_test: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     """`source_rows`, given a user file's test mask (None for digits)."""
     if is_test is None:
@@ -146,26 +161,40 @@ def _split_rows(
 
 
 def _finite_source(
-    ds: DigitsData | ParquetData, seed: int, pretrain: float | None
+    ds: Finite, seed: int, pretrain: float | None
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Every row of a finite source (x, labels) and the rows of each split, the file read
     once."""
-    if isinstance(ds, DigitsData):
-        x, labels = source_arrays(ds)
-        return x, labels, _split_rows(ds, seed, pretrain, None)
-    x, labels, is_test = user_arrays(ds)
-    return x, labels, _split_rows(ds, seed, pretrain, is_test)
+    if isinstance(ds, ParquetData):
+        x, labels, is_test = user_arrays(ds)
+        return x, labels, _split_rows(ds, seed, pretrain, is_test)
+    x, labels = source_arrays(ds, seed)
+    return x, labels, _split_rows(ds, seed, pretrain, _test_mask(ds))
 
 
-def source_arrays(ds: DigitsData | ParquetData) -> tuple[np.ndarray, np.ndarray]:
-    """Every row of a finite source: x (N, p) float32 (digits: pixel intensities in [0, 1]) and
-    labels (N,) int32 codes."""
+def source_arrays(ds: Finite, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of a finite source: x (N, p) float32 (digits and glyphs: pixel intensities in
+    [0, 1]) and labels (N,) int32 codes. Glyphs are rendered from the run `seed`."""
     if isinstance(ds, DigitsData):
         from sklearn.datasets import load_digits
 
         bunch = load_digits()
         return bunch.data.astype(np.float32) / 16.0, bunch.target.astype(np.int32)
+    if isinstance(ds, GlyphsData):
+        rows = ds.test_size + ds.train_size
+        return _glyphs(rows, ds.side, ds.classes, ds.clutter, ds.noise, seed)
     x, labels, _ = user_arrays(ds)
+    return x, labels
+
+
+@functools.lru_cache(maxsize=2)
+def _glyphs(
+    rows: int, side: int, classes: int, clutter: int, noise: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """render_glyphs, kept for the process's next shard of the same source (read-only)."""
+    x, labels = render_glyphs(rows, side, classes, clutter, noise, seed)
+    x.setflags(write=False)
+    labels.setflags(write=False)
     return x, labels
 
 
@@ -246,19 +275,34 @@ def write_shard(spec: ShardSpec, job: ShardJob) -> str:
     return str(path)
 
 
+def pretrain_count(ds: SyntheticData | Finite, p: PretrainConfig) -> int:
+    """Rows of the pretraining split: `p.images` draws of the synthetic source, or `p.fraction`
+    of a finite source's train rows."""
+    if isinstance(ds, SyntheticData):
+        return p.images
+    return pretrain_rows(split_sizes(ds)["train"], p.fraction)
+
+
 def pretrain_inputs(
-    ds: DigitsData | ParquetData, seed: int, pretrain: float
+    ds: SyntheticData | Finite, seed: int, p: PretrainConfig
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The pretraining split of a finite source: its rows in the source (n,) and their inputs
-    (n, p) float32."""
-    x_all, _, splits = _finite_source(ds, seed, pretrain)
+    """The pretraining split: its rows in the source (n,) and their inputs (n, p) float32. A
+    finite source gives `p.fraction` of its train rows (`source_rows`); the synthetic source
+    draws `p.images` rows from a stream of their own, which no shard draws from (row i: the
+    i-th draw)."""
+    if isinstance(ds, SyntheticData):
+        gen = generator(seed, "pretrain-draws")
+        model = synthetic_model(ds, seed)
+        x = model.sample_inputs(model.sample_classes(p.images, gen), gen)
+        return np.arange(p.images), x.to(torch.float32).numpy()
+    x_all, _, splits = _finite_source(ds, seed, p.fraction)
     return splits["pretrain"], x_all[splits["pretrain"]]
 
 
-def make_pretrain_rows(ds: DigitsData | ParquetData, seed: int, pretrain: float) -> pa.Table:
-    """The pretraining split as a table: id, source_row (its row in the source) and x (no
-    label: pretraining never sees one)."""
-    rows, x = pretrain_inputs(ds, seed, pretrain)
+def make_pretrain_rows(ds: SyntheticData | Finite, seed: int, p: PretrainConfig) -> pa.Table:
+    """The pretraining split as a table: id, source_row (its row in the source; synthetic: its
+    draw) and x (no label: pretraining never sees one)."""
+    rows, x = pretrain_inputs(ds, seed, p)
     return pa.table(
         {
             "id": np.arange(len(rows), dtype=np.int64),

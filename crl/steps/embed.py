@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from crl.core.config import EncoderConfig
-from crl.kernels.encoders import RandomFeatures, SmallCNN
+from crl.kernels.encoders import build_encoder
 from crl.steps import data, store
 from crl.steps.atomic import write_parquet_atomic
 
@@ -42,11 +42,7 @@ def features_dir_of(features_root: Path, epoch: int | None) -> Path:
 
 def build(config: EncoderConfig, in_dim: int) -> nn.Module:
     """The frozen encoder of `config` for inputs of `in_dim` values."""
-    if config.kind == "identity":
-        return nn.Identity()
-    if config.kind == "random_features":
-        return RandomFeatures(in_dim, config.out_dim, config.seed)
-    return SmallCNN(in_dim, config.out_dim, config.seed)
+    return build_encoder(config.kind, in_dim, config.out_dim, config.seed)
 
 
 @torch.no_grad()

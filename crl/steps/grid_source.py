@@ -12,9 +12,10 @@ from crl.steps.run_paths import RunPaths
 
 
 def pretrain_fraction(config: Config) -> float | None:
-    """The share of the train rows that encoder.pretrain takes (None without it)."""
+    """The share of the train rows that encoder.pretrain takes (None without it, or when its
+    rows are synthetic draws of their own)."""
     p = config.encoder.pretrain
-    return None if p is None else p.fraction
+    return None if p is None or config.dataset.kind == "synthetic" else p.fraction
 
 
 def shard_work(config: Config, paths: RunPaths) -> MapWork:
@@ -39,11 +40,12 @@ def check_sizes(config: Config) -> None:
             f"({sizes['train']} rows{left}) can serve (anchors are drawn without replacement)"
         )
     if pretrain is not None:
-        rows = data.pretrain_rows(data.split_sizes(config.dataset)["train"], fraction)
+        rows = data.pretrain_count(config.dataset, pretrain)
         if rows < pretrain.batch:
+            field = "images" if config.dataset.kind == "synthetic" else "fraction"
             raise ConfigError(
                 f"config field encoder.pretrain.batch: {pretrain.batch} is larger than the "
-                f"pretraining split ({rows} rows; encoder.pretrain.fraction)"
+                f"pretraining split ({rows} rows; encoder.pretrain.{field})"
             )
     if sizes["test"] < 2:
         raise ConfigError(f"dataset: the test split has {sizes['test']} rows; need at least 2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from crl.kernels.encoders import RandomFeatures, SmallCNN, square_side
+from crl.kernels.encoders import MLP, RandomFeatures, SmallCNN, build_encoder, square_side
 
 
 @pytest.mark.parametrize(("in_dim", "side"), [(1, 1), (4, 2), (16, 4), (64, 8), (784, 28)])
@@ -84,3 +84,32 @@ def test_small_cnn_rows_are_independent() -> None:
     x = _x(6, 16)
     whole = enc(x)
     assert torch.allclose(torch.cat([enc(x[:2]), enc(x[2:])]), whole, atol=1e-6)
+
+
+def test_mlp_is_the_two_layer_formula_deterministic_and_frozen() -> None:
+    enc = MLP(7, 5, seed=3)
+    x = _x(4, 7)
+    hidden = torch.relu(x @ enc.hidden.weight.T + enc.hidden.bias)
+    assert torch.allclose(enc(x), hidden @ enc.out.weight.T + enc.out.bias)
+    assert enc.hidden.weight.shape == (5, 7) and enc.out.weight.shape == (5, 5)
+    assert not any(p.requires_grad for p in enc.parameters())
+    torch.manual_seed(5)  # the global RNG plays no part
+    same, other = MLP(7, 5, seed=3), MLP(7, 5, seed=4)
+    assert torch.equal(enc(x), same(x))
+    assert not torch.allclose(enc(x), other(x))
+    # N(0, 1/fan in) entries: the sample variance of 7 * 5 first-layer weights times fan in
+    big = MLP(400, 300, seed=0)
+    assert abs(float(big.hidden.weight.var()) * 400 - 1.0) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls"),
+    [("random_features", RandomFeatures), ("small_cnn", SmallCNN), ("mlp", MLP)],
+)
+def test_build_encoder_names_each_kind(kind: str, cls: type) -> None:
+    enc = build_encoder(kind, 16, 4, seed=1)
+    assert isinstance(enc, cls)
+    assert enc(_x(3, 16)).shape == (3, 4)
+    assert torch.equal(build_encoder("identity", 16, 4, 1)(_x(3, 16)), _x(3, 16))
+    with pytest.raises(ValueError, match="encoder kind: unknown 'vit'"):
+        build_encoder("vit", 16, 4, 1)

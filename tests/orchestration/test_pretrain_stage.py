@@ -127,3 +127,52 @@ def test_a_run_with_both_pretrainings_keeps_them_apart(tmp_path: Path) -> None:
     assert [job.root for _, job in jobs] == [p.root for p in plans]
     assert [job.task.family for _, job in jobs] == ["unimodal", "dense"]
     assert jobs[0][1].root != jobs[1][1].root
+
+
+GLYPHS_RUN = {
+    **DIGITS,
+    "name": "glyphs-pretrain",
+    "dataset": {"kind": "glyphs", "side": 8, "classes": 4, "train_size": 200, "test_size": 80},
+    "encoder": {
+        **DIGITS["encoder"],
+        "pretrain": {**DIGITS["encoder"]["pretrain"], "fraction": 0.3},
+    },
+}
+SYNTHETIC_RUN = {
+    **DIGITS,
+    "name": "mlp-pretrain",
+    "dataset": {"kind": "synthetic", "classes": 3, "dim": 6, "train_size": 120, "test_size": 60},
+    "encoder": {
+        "kind": "mlp",
+        "out_dim": 8,
+        "pretrain": {"objective": "nt_xent", "epochs": 2, "images": 96, "batch": 32},
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tree", "views"), [(GLYPHS_RUN, "affine"), (SYNTHETIC_RUN, "mask")])
+def test_glyphs_and_vectors_pretrain_end_to_end(tmp_path: Path, tree: dict, views: str) -> None:
+    """`crl run` with the small_cnn on glyphs (affine views) and the mlp on synthetic rows
+    (SCARF views): cells at epochs 0 and 2, every certified flag held, one probe per encoder,
+    and the pretraining rows in their table."""
+    path = write_config(tmp_path, tree)
+    args = ("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--executor", "local")
+    first = crl(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    config = load(path)
+    assert config.pretrain_augment() == views
+    run = tmp_path / "runs" / config.run_id()
+    cells = pl.read_parquet(run / "tables" / "cells.parquet")
+    assert cells.height == 2 * 2 * 2 * 2
+    assert sorted(cells["encoder_epoch"].unique()) == [0, 2]
+    assert cells.filter(pl.col("certified"))["gamma_m_holds"].all()
+    probes = cells.group_by("encoder_epoch").agg(pl.col("encoder_probe_accuracy").n_unique())
+    assert probes["encoder_probe_accuracy"].to_list() == [1, 1]
+    assert set(cells["dataset"]) == {tree["dataset"]["kind"]}
+    table = pl.read_parquet(run / "tables" / "pretrain.parquet")
+    assert table.select("encoder", "epoch").rows() == [("unimodal", 1), ("unimodal", 2)]
+    assert table["loss"].is_finite().all()
+    rows = pl.read_parquet(run / "pretrain" / "data")
+    expected = 96 if tree is SYNTHETIC_RUN else round(0.3 * 200)
+    assert rows.height == expected and "label" not in rows.columns

@@ -16,7 +16,6 @@ import torch
 from crl.core.config import Config, is_paired
 from crl.core.errors import ConfigError
 from crl.kernels import metrics
-from crl.kernels.encoders import square_side
 from crl.kernels.seeding import generator
 from crl.steps import data, grid_source, ladder_panel, pretrain_panel
 from crl.steps.atomic import write_parquet_atomic
@@ -55,17 +54,17 @@ class PretrainRowsJob:
 
 def write_pretrain_rows(target: Path, job: PretrainRowsJob) -> str:
     """The step that writes the pretraining split's rows (id, source_row, x; no label)."""
-    ds, fraction = job.config.dataset, job.config.encoder.pretrain.fraction
-    write_parquet_atomic(
-        data.make_pretrain_rows(ds, job.config.seed, fraction), target, job.staging
-    )
+    ds, p = job.config.dataset, job.config.encoder.pretrain
+    write_parquet_atomic(data.make_pretrain_rows(ds, job.config.seed, p), target, job.staging)
     return str(target)
 
 
 def encoder_pretrain_job(config: Config, paths: RunPaths) -> PretrainJob:
-    """The pretraining of the grid's encoder: its task knows the pixel range of the rows."""
-    _, pixels = data.pretrain_inputs(config.dataset, config.seed, config.encoder.pretrain.fraction)
-    task = EncoderTask(config.encoder, pixels.shape[1], float(pixels.min()), float(pixels.max()))
+    """The pretraining of the grid's encoder: its task knows the views and the range of the
+    rows' values."""
+    _, rows = data.pretrain_inputs(config.dataset, config.seed, config.encoder.pretrain)
+    augment = config.pretrain_augment()
+    task = EncoderTask(config.encoder, augment, rows.shape[1], float(rows.min()), float(rows.max()))
     root = paths.encoder_pretrain
     return PretrainJob(config.encoder.pretrain, task, root, paths.staging)
 
@@ -109,18 +108,24 @@ class Unimodal:
         return config.grid is not None and not is_paired(config.dataset)
 
     def check(self, config: Config) -> None:
-        """Sizes and shards, the largest cell's memory, a square input for small_cnn."""
+        """Sizes and shards, the largest cell's memory, square inputs for small_cnn and for
+        image views."""
         grid_source.check_sizes(config)
         width = data.input_width(config.dataset)
         _check_cell_memory(config, width)
-        if config.encoder.kind == "small_cnn":
-            try:
-                square_side(width)
-            except ValueError:
+        square = math.isqrt(width) ** 2 == width
+        if config.encoder.kind == "small_cnn" and not square:
+            raise ConfigError(
+                f"config field encoder.kind: small_cnn needs square images, but the "
+                f"dataset's inputs have {width} values per row"
+            )
+        if config.encoder.pretrain is not None and not square:
+            augment = config.pretrain_augment()
+            if augment != "mask":
                 raise ConfigError(
-                    f"config field encoder.kind: small_cnn needs square images, but the "
-                    f"dataset's inputs have {width} values per row"
-                ) from None
+                    f"config field encoder.pretrain.augment: {augment} views need square "
+                    f"images, but the dataset's inputs have {width} values per row"
+                )
 
     def keys(self, config: Config) -> list[CellKey]:
         return grid_keys(config)
@@ -131,7 +136,7 @@ class Unimodal:
         p = config.encoder.pretrain
         if p is not None:
             target = paths.encoder_pretrain / "data" / "part-00000.parquet"
-            rows = data.pretrain_rows(data.split_sizes(config.dataset)["train"], p.fraction)
+            rows = data.pretrain_count(config.dataset, p)
             todo = [] if is_complete(target, rows) else [target]
             job = PretrainRowsJob(config, paths.staging)
             work.append(MapWork("pretraining rows", write_pretrain_rows, todo, job))

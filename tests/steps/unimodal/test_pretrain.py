@@ -14,6 +14,7 @@ import torch
 
 from crl.core.config import Config
 from crl.core.errors import ConfigError
+from crl.core.pretrain_config import PretrainConfig
 from crl.kernels.encoders import SmallCNN
 from crl.steps import data, pretrain
 from crl.steps.embed import Embedder, EmbedItem, features_dir_of
@@ -41,9 +42,9 @@ def _config(**pretrain_section: object) -> Config:
 
 def _job(config: Config, root: Path) -> pretrain.PretrainJob:
     p = config.encoder.pretrain
-    table = data.make_pretrain_rows(config.dataset, config.seed, p.fraction)
+    table = data.make_pretrain_rows(config.dataset, config.seed, p)
     pq.write_table(table, (root / "data").mkdir(parents=True) or root / "data" / "part-0.parquet")
-    task = EncoderTask(config.encoder, 64, 0.0, 1.0)
+    task = EncoderTask(config.encoder, "shift", 64, 0.0, 1.0)
     return pretrain.PretrainJob(p, task, root, root / "staging")
 
 
@@ -60,8 +61,8 @@ def test_the_pretraining_rows_are_disjoint_from_the_cells_splits() -> None:
     sizes = data.split_sizes(ds, 0.2)
     assert sizes == {"train": len(rows["train"]), "test": len(rows["test"])}
 
-    table = data.make_pretrain_rows(ds, 0, 0.2)
-    x, _ = data.source_arrays(ds)
+    table = data.make_pretrain_rows(ds, 0, PretrainConfig(epochs=1, fraction=0.2))
+    x, _ = data.source_arrays(ds, 0)
     assert table.column_names == ["id", "source_row", "x"]  # no label reaches pretraining
     assert np.array_equal(table.column("source_row").to_numpy(), rows["pretrain"])
     assert np.array_equal(data.list_to_numpy(table.column("x")), x[rows["pretrain"]])
@@ -92,7 +93,10 @@ def test_user_parquet_rows_split_the_same_way(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"encoder": {"kind": "random_features", "pretrain": PRETRAIN}}, "only the small_cnn"),
+        (
+            {"encoder": {"kind": "random_features", "pretrain": PRETRAIN}},
+            "only the small_cnn and mlp",
+        ),
         (
             {"encoder": {"kind": "small_cnn", "pretrain": {**PRETRAIN, "objective": "densecl"}}},
             "encoder.pretrain.objective: densecl needs position features",
@@ -101,7 +105,17 @@ def test_user_parquet_rows_split_the_same_way(tmp_path: Path) -> None:
             {"encoder": {"kind": "small_cnn", "pretrain": {**PRETRAIN, "images": 100}}},
             "encoder.pretrain.images: the pretraining rows come from the dataset",
         ),
-        ({"dataset": {"kind": "synthetic"}}, "not synthetic"),
+        (
+            {"dataset": {"kind": "synthetic"}},
+            "on dataset.kind digits or glyphs or parquet, not synthetic",
+        ),
+        (
+            {
+                "dataset": {"kind": "synthetic"},
+                "encoder": {"kind": "mlp", "pretrain": PRETRAIN},
+            },
+            "encoder.pretrain.fraction: synthetic rows are drawn; give encoder.pretrain.images",
+        ),
     ],
 )
 def test_what_cannot_be_pretrained_is_refused_in_one_line(change: dict, message: str) -> None:
