@@ -240,6 +240,7 @@ BENCHES = {
     "dense": ["bench/dense_loss.py"],
     "gpu": ["bench/gpu.py"],
     "pretrain": ["bench/pretrain_overhead.py"],
+    "ladder": ["bench/ladder_cell.py"],
 }
 
 

@@ -15,21 +15,30 @@ class LadderConfig(Strict):
     """`noise`: the grid of Gibbs noise scales, each the expected norm of the head's noise as a
     fraction of R (sigma = noise R / sqrt(d p) per entry), fixed before any data: the bounds
     hold for every entry at once by a union bound, so the reported one is the smallest.
-    `pilot_heads` Gibbs heads per scale choose the scale; `mc_heads` fresh heads at that scale
-    estimate the empirical Gibbs risk (its Monte Carlo term, Langford and Caruana 2002).
-    `prior_fraction`: the share of the training anchors that fit the data-dependent prior's
-    mean; its bound uses the rest. `ascent_starts` projected gradient ascents of
-    Lhat_test(W) - Lhat_train(W) over the ball (0: no uniform deviation estimate), each at most
-    `ascent_iterations` iterations."""
+    A draw is a fresh Gibbs head scored on one anchor drawn uniformly from the sample
+    (crl.kernels.pac_bayes.gibbs_draws): `pilot_draws` per scale choose the scale, `mc_draws`
+    fresh ones at that scale bound the empirical Gibbs risk (its Monte Carlo term, Langford and
+    Caruana 2002; Maurer and Pontil 2009), whatever n is. `test_heads`: fresh heads per
+    held-out anchor for the Gibbs head's held-out risk. `prior_fraction`: the share of the
+    training anchors that fit the data-dependent prior's mean; its bound uses the rest;
+    `prior_iterations` caps that fit (APG iterations or Adam steps; default: the model's
+    `max_iter` or `steps`): a prior need not be converged, and a non-smooth loss (the hinge)
+    runs to the cap.
+    `ascent_starts` projected gradient ascents of Lhat_test(W) - Lhat_train(W) over the ball
+    (0: no uniform deviation estimate), each at most `ascent_iterations` iterations, against the
+    first `ascent_anchors` training anchors (the estimate itself uses all of them)."""
 
     noise: list[Annotated[float, Field(gt=0, le=10)]] = Field(
         [0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0], min_length=1
     )
-    pilot_heads: int = Field(16, ge=1)
-    mc_heads: int = Field(1000, ge=1)
+    pilot_draws: int = Field(4096, ge=1)
+    mc_draws: int = Field(2**18, ge=2)
+    test_heads: int = Field(64, ge=1)
     prior_fraction: float = Field(0.5, gt=0, lt=1)
+    prior_iterations: int | None = Field(None, ge=1)
     ascent_starts: int = Field(4, ge=0)
     ascent_iterations: int = Field(100, ge=1)
+    ascent_anchors: int = Field(8192, ge=1)
 
     @field_validator("noise")
     @classmethod

@@ -204,9 +204,9 @@ def fit_to_tolerance(
     norm is below `solver.tol` (crl.kernels.solver): the training budget does not depend on n.
 
     f(x)^T f(y) is not convex in W and W = 0 is a stationary point, so the start is the same
-    seeded random W as `fit`'s; the result is a constrained stationary point. A sample of one
-    block is held in float64 throughout; a sample of several blocks is made again block by
-    block at every evaluation (memory of one block, time of a pass over the sample).
+    seeded random W as `fit`'s; the result is a constrained stationary point. A sample of at
+    most HOLD_VALUES feature values is held in float64 throughout; a larger one is made again
+    block by block at every evaluation (memory of one block, time of a pass over the sample).
     Returns W (d, p).
     """
     views = blocks[0][0]
@@ -224,10 +224,15 @@ def fit_to_tolerance(
     return weight, solution
 
 
-def mean_loss(blocks: Blocks, d: int, loss: str, temperature: float) -> tuple[Value, ValueAndGrad]:
+HOLD_VALUES = 2**25  # float64 feature values of a sample held whole by `mean_loss`: 256 MiB
+
+
+def mean_loss(
+    blocks: Blocks, d: int, loss: str, temperature: float, hold: int = HOLD_VALUES
+) -> tuple[Value, ValueAndGrad]:
     """The sample's mean loss as a function of the flattened W (d p,) in float64, and its value
-    and gradient: a sample of one block is held in float64, a larger one streamed block by
-    block at every evaluation."""
+    and gradient: a sample of at most `hold` feature values is gathered once into float64 rows
+    (block after block) and held, a larger one streamed block by block at every evaluation."""
     p = blocks[0][0].anchor.shape[1]
     shared = blocks[0][1].shared
 
@@ -236,10 +241,33 @@ def mean_loss(blocks: Blocks, d: int, loss: str, temperature: float) -> tuple[Va
         fa, fp, fn = (table @ weight.T for table in rows)
         return objective(fa, fp, fn, shared, loss, temperature)  # (c,)
 
-    if len(blocks) == 1:
-        rows = _block_rows(*blocks[0])
+    if len(blocks) == 1 or _values(blocks) <= hold:
+        rows = _held_rows(blocks)
         return autograd(lambda flat: block_terms(flat, rows).mean())
     return _streamed(blocks, block_terms)
+
+
+def _sizes(blocks: Blocks) -> list[int]:
+    """Anchors per block, without making a block where the sequence knows them."""
+    sizes = getattr(blocks, "sizes", None)
+    return list(sizes) if sizes is not None else [int(s.anchors.shape[0]) for _, s in blocks]
+
+
+def _values(blocks: Blocks) -> int:
+    """Feature values of the sample's tuples (shared negatives once)."""
+    views, sample = blocks[0]
+    n = sum(_sizes(blocks))
+    m, p = sample.negatives.shape[-1], views.anchor.shape[1]
+    return (2 * n + m) * p if sample.shared else (2 + m) * n * p
+
+
+def _held_rows(blocks: Blocks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every block's tuples in float64, concatenated (shared negatives: the one table)."""
+    parts = [_block_rows(*block) for block in blocks]
+    if len(parts) == 1:
+        return parts[0]
+    negatives = parts[0][2] if blocks[0][1].shared else torch.cat([part[2] for part in parts])
+    return torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts]), negatives
 
 
 def _streamed(

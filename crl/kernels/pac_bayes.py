@@ -8,19 +8,25 @@
   posterior Q, kl(Lhat_S(Q) || L(Q)) <= (KL(Q || P) + ln(2 sqrt(n) / delta)) / n; the bound is
   L(Q) <= kl^-1(Lhat_S(Q), that right-hand side).
 - `monte_carlo_upper(mean, draws, delta)`: Lhat_S(Q) is an expectation over W ~ Q; from
-  `draws` independent heads whose empirical risks average `mean`, with probability >= 1 - delta
-  Lhat_S(Q) <= kl^-1(mean, ln(1/delta) / draws) (Langford and Caruana 2002; the Chernoff bound
-  for [0, 1] variables, one-sided).
+  `draws` independent [0, 1] samples of mean Lhat_S(Q) (`gibbs_draws`) that average `mean`,
+  with probability >= 1 - delta Lhat_S(Q) <= kl^-1(mean, ln(1/delta) / draws) (Langford and
+  Caruana 2002; the Chernoff bound for [0, 1] variables, one-sided).
 - `empirical_bernstein_upper(mean, variance, draws, delta)`: the same expectation bounded with
-  the samples' variance (Maurer and Pontil 2009): the heads' empirical risks vary little
-  around their mean, so past a few hundred heads this is the tighter of the two.
+  the samples' variance (Maurer and Pontil 2009): losses that spread little next to their
+  range make this the tighter of the two.
 - `noise_scale(relative, radius, dims)`: the per-entry sigma whose noise has expected squared
   norm (relative R)^2, sigma = relative R / sqrt(dims): a grid fixed before any data is seen.
 - `gibbs_heads(mean, sigma, radius, count, gen)`: `count` heads W = P_R(mean + sigma E), E
   standard normal, projected onto ||W||_F <= R so that every loss keeps its range. The
   projection is a fixed map, so the bounds hold for the loss of P_R(W) with KL measured on W.
-- `gibbs_risks(heads, blocks, loss, temperature)`: each head's empirical risk on a sample of
-  blocks (crl.kernels.learner), and each anchor's loss averaged over the heads.
+- `gibbs_draws(mean, sigma, radius, blocks, count, loss, temperature, gen)`: the losses of
+  `count` independent pairs (W, i), W a Gibbs head and i an anchor drawn uniformly from the
+  sample: given the sample they are i.i.d. with mean exactly the empirical Gibbs risk
+  Lhat_S(Q), so their mean and variance feed the Monte Carlo bounds above, at a cost of one
+  tuple per draw whatever n is (a head scored on every anchor costs n tuples and is one draw).
+- `gibbs_anchor_means(mean, sigma, radius, block, heads, loss, temperature, gen)`: each anchor's
+  loss averaged over `heads` fresh heads of its own: i.i.d. over i.i.d. anchors, with mean the
+  Gibbs head's risk L(Q), so their mean and spread estimate it with a confidence interval.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from crl.kernels.certificates import kl_inverse_upper
 __all__ = [
     "empirical_bernstein_upper",
     "gaussian_kl",
+    "gibbs_anchor_means",
+    "gibbs_draws",
     "gibbs_heads",
-    "gibbs_risks",
     "procrustes",
     "monte_carlo_upper",
     "noise_scale",
@@ -112,75 +119,105 @@ def gibbs_heads(
     return heads * scale[:, None, None]
 
 
+DRAW_BUDGET = 2**21  # float64 feature values gathered per chunk of draws: 16 MiB
+
+
 @torch.no_grad()
-def gibbs_risks(
-    heads: torch.Tensor,
+def gibbs_draws(
+    mean: torch.Tensor,
+    sigma: float,
+    radius: float,
     blocks: learner.Blocks,
+    count: int,
     loss: str,
     temperature: float,
-    budget: int = 2**24,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every head's mean loss over the sample, and every anchor's loss averaged over the heads.
+    gen: torch.Generator,
+    budget: int = DRAW_BUDGET,
+) -> torch.Tensor:
+    """The losses of `count` independent draws (W, i): W = P_R(mean + sigma E) and i uniform
+    over the sample's anchors. The blocks' shares of the draws are drawn first (multinomial in
+    their sizes), then each block is visited once with its draws, so a streamed sample is made
+    once; the order of i.i.d. draws does not change their law. The losses are in float64 from
+    the float32 tables (exact widening). Shape: mean (d, p) -> (count,) float64, in the order
+    of the blocks."""
+    count = _validate.at_least("count", count, 1)
+    sizes = torch.tensor(
+        getattr(blocks, "sizes", None) or [int(s.anchors.shape[0]) for _, s in blocks],
+        dtype=torch.float64,
+    )
+    owner = torch.multinomial(sizes / sizes.sum(), count, replacement=True, generator=gen)
+    shares = torch.bincount(owner, minlength=len(sizes)).tolist()
+    out = []
+    for b, share in enumerate(shares):
+        if share == 0:
+            continue
+        views, sample = blocks[b]
+        size = int(sample.anchors.shape[0])
+        chunk = _draw_chunk(sample, views, budget)
+        for start in range(0, share, chunk):
+            c = min(chunk, share - start)
+            heads = gibbs_heads(mean, sigma, radius, c, gen)
+            rows = torch.randint(0, size, (c,), generator=gen)
+            out.append(_paired_terms(heads, views, sample, rows, loss, temperature))
+    return torch.cat(out)
 
-    A chunk of c heads (about `budget` gathered values) is one matmul of each table by the
-    stacked heads (p, c d); with own negatives the chunk's heads then join the anchors' batch
-    (n c tuples through the learner's objective at once), with shared negatives (which differ
-    per head once projected) each head goes through it on its own slice.
-    Shape: heads (count, d, p) -> (count,), (n,), float64.
-    """
-    count, d, p = heads.shape
-    risks = torch.zeros(count, dtype=torch.float64)
-    per_anchor = []
-    n = 0
-    for views, sample in blocks:
-        b, m = sample.anchors.shape[0], sample.negatives.shape[-1]
-        rows = max(views.anchor.shape[0], b * (m + 2))
-        chunk = max(1, min(count, budget // max(1, rows * d)))
-        block_sum = torch.zeros(b, dtype=torch.float64)
-        for start in range(0, count, chunk):
-            part = heads[start : start + chunk].to(views.anchor.dtype)  # (c, d, p)
-            terms = _chunk_terms(part, views, sample, loss, temperature)  # (b, c)
-            risks[start : start + part.shape[0]] += terms.sum(0)
-            block_sum += terms.sum(1)
-        n += b
-        per_anchor.append(block_sum / count)
-    return risks / n, torch.cat(per_anchor)
+
+@torch.no_grad()
+def gibbs_anchor_means(
+    mean: torch.Tensor,
+    sigma: float,
+    radius: float,
+    block: tuple[learner.Views, learner.Sample],
+    heads: int,
+    loss: str,
+    temperature: float,
+    gen: torch.Generator,
+    budget: int = DRAW_BUDGET,
+) -> torch.Tensor:
+    """Each anchor's loss averaged over `heads` Gibbs heads P_R(mean + sigma E) of its own.
+    Shape: mean (d, p) -> (anchors,) float64."""
+    heads = _validate.at_least("heads", heads, 1)
+    views, sample = block
+    n = int(sample.anchors.shape[0])
+    per_chunk = max(1, _draw_chunk(sample, views, budget) // heads)  # anchors per chunk
+    out = []
+    for start in range(0, n, per_chunk):
+        rows = torch.arange(start, min(n, start + per_chunk)).repeat_interleave(heads)
+        drawn = gibbs_heads(mean, sigma, radius, rows.shape[0], gen)
+        terms = _paired_terms(drawn, views, sample, rows, loss, temperature)
+        out.append(terms.reshape(-1, heads).mean(1))
+    return torch.cat(out)
 
 
-def _chunk_terms(
-    part: torch.Tensor,
+def _draw_chunk(sample: learner.Sample, views: learner.Views, budget: int) -> int:
+    """Draws per chunk: each gathers m + 2 rows of p values."""
+    m, p = sample.negatives.shape[-1], views.anchor.shape[1]
+    return max(1, budget // ((m + 2) * p))
+
+
+def _paired_terms(
+    heads: torch.Tensor,
     views: learner.Views,
     sample: learner.Sample,
+    rows: torch.Tensor,
     loss: str,
     temperature: float,
 ) -> torch.Tensor:
-    """The losses of c heads on a block's tuples. Shape: part (c, d, p) -> (b, c) float64."""
-    c, d, p = part.shape
-    stacked = part.reshape(c * d, p)
-    fa_all = views.anchor @ stacked.T  # (N, c d)
-    fp_all = fa_all if views.positive is views.anchor else views.positive @ stacked.T
-    fn_all = fa_all if views.negative is views.anchor else views.negative @ stacked.T
-    b = sample.anchors.shape[0]
-    fa = fa_all[sample.anchors].reshape(b, c, d)
-    fp = fp_all[sample.positives].reshape(b, c, d)
-    if sample.shared:
-        fn = fn_all[sample.negatives].reshape(-1, c, d)  # (m, c, d)
-        columns = [
-            learner.objective(fa[:, j], fp[:, j], fn[:, j], True, loss, temperature)
-            for j in range(c)
-        ]
-        return torch.stack(columns, dim=1).double()
-    m = sample.negatives.shape[1]
-    fn = fn_all[sample.negatives].reshape(b, m, c, d).transpose(1, 2)  # (b, c, m, d)
-    terms = learner.objective(
-        fa.reshape(b * c, d),
-        fp.reshape(b * c, d),
-        fn.reshape(b * c, m, d),
-        False,
-        loss,
-        temperature,
-    )
-    return terms.reshape(b, c).double()
+    """The loss of head k on the tuple of anchor rows[k], in float64.
+    Shape: heads (c, d, p), rows (c,) -> (c,)."""
+    c = rows.shape[0]
+    negatives = sample.negatives.expand(c, -1) if sample.shared else sample.negatives[rows]
+    tuples = torch.cat(
+        [
+            views.anchor[sample.anchors[rows]].unsqueeze(1),
+            views.positive[sample.positives[rows]].unsqueeze(1),
+            views.negative[negatives],
+        ],
+        dim=1,
+    ).double()  # (c, m + 2, p): exact widening of the float32 tables
+    f = torch.bmm(tuples, heads.transpose(1, 2))  # (c, m + 2, d)
+    fa, fp, fn = f[:, 0], f[:, 1], f[:, 2:]
+    return learner.objective(fa, fp, fn, False, loss, temperature)
 
 
 def procrustes(moving: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,12 @@ bound certify; encoder_epoch is null without one):
 - `smallest_learned_bound`: among learned points, the one with the smallest `bound_rel`,
   certified or not.
 
+Both rows also carry, per rung of the certificate ladder (crl.steps.signal.RUNGS),
+`learning_certified_<rung>`: whether some grid point of the group has the rung's certificate of
+the population loss below the loss of f = 0 in every seed (learning certified; null where no
+point of the group has that rung). `learning_onset` gives, per (family, dataset, regime, loss,
+encoder_epoch), the smallest n at which each rung certifies learning.
+
 Each row names its point (m, R, temperature, normalise; for dense cells also negatives,
 correspondence, lam) and carries its gain, its bound, its
 retrieval AUC and how many points qualified (`candidates`, of `points`); a row with no
@@ -34,6 +40,7 @@ from __future__ import annotations
 import polars as pl
 
 from crl.core.provenance import PROVENANCE_COLUMNS
+from crl.steps.signal import RUNGS
 from crl.steps.tables import DENSE_KEYS, SETTINGS
 
 GROUP = ["family", "dataset", "regime", "loss", "n", "encoder_epoch"]
@@ -51,6 +58,7 @@ VALUES = {
     "retrieval_auc": pl.Float64,
     "test_loss": pl.Float64,
 }
+CERTIFIED_LEARNING = [f"learning_certified_{rung}" for rung in RUNGS]
 SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
     "family": pl.String,
@@ -70,6 +78,7 @@ SCHEMA = {
     **VALUES,
     "candidates": pl.Int64,
     "points": pl.Int64,
+    **{column: pl.Boolean for column in CERTIFIED_LEARNING},
 }
 
 
@@ -88,6 +97,7 @@ def points(summary: pl.DataFrame) -> pl.DataFrame:
         "learned_fraction": pl.Float64,
         "certified_fraction": pl.Float64,
         "family": pl.String,
+        **{f"{column}_fraction": pl.Float64 for column in CERTIFIED_LEARNING},
     }
     for column, dtype in absent.items():
         if column not in frame.columns:
@@ -107,6 +117,7 @@ def points(summary: pl.DataFrame) -> pl.DataFrame:
         (sampled & (bound_rel < 1.0)).fill_null(False).alias("certified"),
         _mean("retrieval_auc").alias("retrieval_auc"),
         _mean("test_loss").alias("test_loss"),
+        *((pl.col(f"{c}_fraction") == 1.0).alias(c) for c in CERTIFIED_LEARNING),
     )
 
 
@@ -134,6 +145,35 @@ def frontier(summary: pl.DataFrame) -> pl.DataFrame:
         learned = group.filter(pl.col("learned"))
         by_gain = certified.sort("learning_gain", descending=True, nulls_last=True)
         by_bound = learned.sort("bound_rel", nulls_last=True)
-        rows.append(_row(ident, KINDS[0], by_gain, certified.height, group.height))
-        rows.append(_row(ident, KINDS[1], by_bound, learned.height, group.height))
+        proven = {
+            c: group[c].any() if group[c].null_count() < group.height else None
+            for c in CERTIFIED_LEARNING
+        }
+        rows.append(_row(ident, KINDS[0], by_gain, certified.height, group.height) | proven)
+        rows.append(_row(ident, KINDS[1], by_bound, learned.height, group.height) | proven)
     return pl.from_dicts(rows, schema=SCHEMA).sort([*GROUP, "kind"], maintain_order=True)
+
+
+def learning_onset(table: pl.DataFrame) -> pl.DataFrame:
+    """Per (family, dataset, regime, loss, encoder_epoch) of a frontier table, the smallest n at
+    which each rung certifies learning (`<rung>`: null where it never does, or has no
+    certificate), next to the grid's n values."""
+    present = [c for c in CERTIFIED_LEARNING if c in table.columns]
+    keys = [c for c in GROUP if c != "n"]
+    if not present or table.is_empty():
+        return pl.DataFrame()
+    first = table.filter(pl.col("kind") == KINDS[0])
+    return (
+        first.group_by(keys, maintain_order=True)
+        .agg(
+            pl.col("n").unique().sort().cast(pl.String).str.join(", ").alias("n_grid"),
+            *(
+                pl.col("n")
+                .filter(pl.col(c).fill_null(False))
+                .min()
+                .alias(c.removeprefix("learning_certified_"))
+                for c in present
+            ),
+        )
+        .sort(keys)
+    )

@@ -153,6 +153,17 @@ def section(
     plot(points, out / "frontier.png", save)
     view = table.drop(PROVENANCE_COLUMNS)
     view = view.drop([c for c in view.columns if view[c].null_count() == view.height])
+    onset = frontier.learning_onset(table)
+    proven = ""
+    if not onset.is_empty():
+        onset = onset.drop([c for c in onset.columns if onset[c].null_count() == onset.height])
+        proven = (
+            "<h3>Certified learning: the smallest n at which each rung proves it</h3>"
+            "<p>A rung certifies learning at a grid point when its certificate of the population "
+            "loss (of the head; of its Gibbs head for pb_free and pb_data) lies below the loss "
+            "of f = 0 in every seed; blank: at no n of the grid.</p>"
+            f"{html_table(onset, limit=400)}"
+        )
     return f"""<h2>Learning against certification</h2>{counts(points)}
 <img src="frontier.png">
-<h3>The frontier (tables/frontier.parquet)</h3>{html_table(view, limit=400)}"""
+<h3>The frontier (tables/frontier.parquet)</h3>{html_table(view, limit=400)}{proven}"""

@@ -5,6 +5,11 @@ trivial_loss - test_loss with `learning_gain_ci`, the normal half-width of the m
 per-tuple differences (paired: both losses on the same tuples), `learning_gain_rel` = gain / the
 loss's range (the width of the interval the bounds are stated on), `learned` = the gain's interval
 lies above 0, and `gap_snr` = |gap| / test_loss_ci (a gap at or below 1 lies inside its own noise).
+
+`learning_certified_<rung>`: whether a rung's certificate, an upper bound at level delta on the
+population loss of the head (of its Gibbs head for the PAC-Bayes rungs), lies below the loss of
+f = 0, which is a constant (every score 0): learning that a certificate proves, not only measures.
+None where the rung gives no certificate; False where its certificate is not finite.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ SIGNAL_COLUMNS = (
     "learned",
     "gap_snr",
 )
+RUNGS = ("rademacher", "test_set", "pb_free", "pb_data")
 
 
 def exact_signal_columns(trivial_loss: float, test_loss: float, loss_range: float | None) -> dict:
@@ -58,4 +64,15 @@ def signal_columns(
         "learning_gain_rel": gain / loss_range if usable_range else None,
         "learned": bool(gain - ci > 0) if math.isfinite(ci) else None,
         "gap_snr": abs(gap) / test_loss_ci if test_loss_ci > 0 else None,
+    }
+
+
+def certified_learning_columns(trivial_loss: float, certificates: dict[str, float | None]) -> dict:
+    """`learning_certified_<rung>` for each rung's certificate of the population loss (None: the
+    rung does not apply)."""
+    return {
+        f"learning_certified_{rung}": (
+            None if value is None else bool(math.isfinite(value) and value < trivial_loss)
+        )
+        for rung, value in certificates.items()
     }

@@ -119,6 +119,10 @@ HOLDS = [
     "mi_within_log1p_m",
     "mi_saturated",
     "learned",
+    "learning_certified_rademacher",
+    "learning_certified_test_set",
+    "learning_certified_pb_free",
+    "learning_certified_pb_data",
 ]
 FIRST = [
     "family",

@@ -13,12 +13,14 @@ from crl.kernels.learner import (
     draw,
     fit,
     fit_to_tolerance,
+    mean_loss,
     objective,
     per_anchor_loss,
     project,
     same_class_partner,
     scores,
 )
+from crl.kernels.learner import _values as mean_loss_values
 from crl.kernels.solver import SolverSpec
 
 LOSSES = ("hinge", "logistic", "lse", "info_nce")
@@ -235,6 +237,26 @@ def test_fit_to_tolerance_on_blocks_solves_the_whole_sample(loss: str, shared: b
     assert at_blocks.converged and at_whole.converged
     assert at_blocks.value == pytest.approx(at_whole.value, rel=1e-10)
     torch.testing.assert_close(streamed, whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("loss", "shared"), [("logistic", False), ("lse", True), ("info_nce", False)]
+)
+def test_mean_loss_held_and_streamed_agree(loss: str, shared: bool) -> None:
+    """A sample of blocks held whole in float64 (under `hold` values) and the same streamed block
+    by block (hold 0) give the same value and gradient, up to summation order."""
+    views = _easy_views()
+    sample = draw(views, 30, 4, shared, _gen(0))
+    blocks = [(views, part) for part in _slices(sample, [11, 11, 8])]
+    assert mean_loss_values(blocks) == ((2 * 30 + 4) if shared else 6 * 30) * views.anchor.shape[1]
+    held = mean_loss(blocks, 2, loss, 0.5)
+    streamed = mean_loss(blocks, 2, loss, 0.5, hold=0)
+    for seed in range(3):
+        point = torch.randn(2 * views.anchor.shape[1], generator=_gen(seed), dtype=torch.float64)
+        assert held[0](point) == pytest.approx(streamed[0](point), rel=1e-12)
+        (a, ga), (b, gb) = held[1](point), streamed[1](point)
+        assert a == pytest.approx(b, rel=1e-12)
+        torch.testing.assert_close(ga, gb, atol=1e-12, rtol=1e-10)
 
 
 # --- per_anchor_loss and scores -----------------------------------------------------------------

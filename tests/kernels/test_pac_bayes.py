@@ -1,6 +1,6 @@
 """PAC-Bayes kernels: the Gaussian KL against torch's and its formula, Maurer's bound and the
-Monte Carlo term at their definitions and their levels, Gibbs heads and their risks against
-naive loops."""
+Monte Carlo term at their definitions and their levels, Gibbs heads, and the draws of their
+losses against naive loops and the risk they estimate."""
 
 from __future__ import annotations
 
@@ -112,15 +112,12 @@ def test_noise_scale_and_gibbs_heads() -> None:
     assert bool((norms < math.sqrt(6.0) * 0.999).any())
 
 
-@pytest.mark.parametrize("shared", [False, True])
-@pytest.mark.parametrize("loss", ["hinge", "lse", "info_nce"])
-def test_gibbs_risks_match_a_loop_over_heads(loss: str, shared: bool) -> None:
-    gen = torch.Generator().manual_seed(3)
-    p, d, m, n = 5, 3, 4, 30
+def _blocks(shared: bool, gen: torch.Generator, sizes: tuple[int, ...] = (30, 30)):
+    p, m = 5, 4
     table = torch.nn.functional.normalize(torch.randn(60, p, generator=gen), dim=1)
     views = learner.Views(table, table, table, torch.zeros(60, dtype=torch.long), True)
     blocks = []
-    for _ in range(2):
+    for n in sizes:
         negatives = torch.randint(0, 60, (m,) if shared else (n, m), generator=gen)
         sample = learner.Sample(
             torch.randint(0, 60, (n,), generator=gen),
@@ -128,15 +125,108 @@ def test_gibbs_risks_match_a_loop_over_heads(loss: str, shared: bool) -> None:
             negatives,
         )
         blocks.append((views, sample))
-    heads = pac_bayes.gibbs_heads(torch.zeros(d, p), 0.8, 2.0, 7, gen)
-    # a budget that makes chunks of 2 heads (n (m + 2) rows of d values each), so chunk
-    # boundaries are crossed
-    risks, per_anchor = pac_bayes.gibbs_risks(heads, blocks, loss, 0.5, budget=2 * n * 6 * d)
-    naive = torch.stack(
+    return blocks
+
+
+def _one_anchor(sample: learner.Sample, i: int) -> learner.Sample:
+    negatives = sample.negatives if sample.shared else sample.negatives[i : i + 1]
+    return learner.Sample(sample.anchors[i : i + 1], sample.positives[i : i + 1], negatives)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("loss", ["hinge", "lse", "info_nce"])
+def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: bool) -> None:
+    """One block, chunks of 3 draws: the same generator replayed gives the heads and anchors,
+    and each draw's loss is the head's loss on that anchor by per_anchor_loss in float64."""
+    gen = torch.Generator().manual_seed(3)
+    ((views, sample),) = _blocks(shared, gen, (30,))
+    mean = 0.5 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    drawn = pac_bayes.gibbs_draws(
+        mean,
+        0.4,
+        2.0,
+        [(views, sample)],
+        7,
+        loss,
+        0.5,
+        torch.Generator().manual_seed(seed),
+        budget=3 * 6 * 5,
+    )
+    replay = torch.Generator().manual_seed(seed)
+    torch.multinomial(torch.ones(1, dtype=torch.float64), 7, replacement=True, generator=replay)
+    expected = []
+    for c in (3, 3, 1):
+        heads = pac_bayes.gibbs_heads(mean, 0.4, 2.0, c, replay)
+        rows = torch.randint(0, 30, (c,), generator=replay)
+        for head, i in zip(heads, rows.tolist(), strict=True):
+            wide = learner.Views(
+                *(t.double() for t in (views.anchor, views.positive, views.negative)),
+                views.labels,
+                True,
+            )
+            expected.append(
+                float(learner.per_anchor_loss(head, wide, _one_anchor(sample, i), loss, 0.5))
+            )
+    assert drawn.dtype == torch.float64
+    assert torch.allclose(
+        drawn, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_gibbs_draws_average_to_the_empirical_gibbs_risk() -> None:
+    """Over blocks of unequal sizes, the mean of many draws matches the empirical Gibbs risk
+    (every head on every anchor, by per_anchor_loss) within its standard error."""
+    gen = torch.Generator().manual_seed(5)
+    blocks = _blocks(False, gen, (40, 10, 25))
+    mean = 0.8 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    drawn = pac_bayes.gibbs_draws(mean, 0.5, 2.0, blocks, 60_000, "info_nce", 0.5, gen)
+    heads = pac_bayes.gibbs_heads(mean, 0.5, 2.0, 4000, gen)
+    exact = torch.stack(
         [
-            torch.cat([learner.per_anchor_loss(h.float(), v, s, loss, 0.5) for v, s in blocks])
+            torch.cat(
+                [learner.per_anchor_loss(h.float(), v, s, "info_nce", 0.5) for v, s in blocks]
+            )
             for h in heads
         ]
-    )  # (heads, 2 n)
-    assert torch.allclose(risks, naive.mean(1), rtol=1e-5, atol=1e-6)
-    assert torch.allclose(per_anchor, naive.mean(0), rtol=1e-5, atol=1e-6)
+    ).mean()  # (heads, anchors) averaged: the risk up to 4000 heads' noise
+    error = float(drawn.std()) / math.sqrt(drawn.shape[0])
+    assert abs(float(drawn.mean()) - float(exact)) < 4 * error + 0.01 * float(exact)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "info_nce"])
+def test_gibbs_anchor_means_average_fresh_heads_per_anchor(loss: str) -> None:
+    gen = torch.Generator().manual_seed(6)
+    ((views, sample),) = _blocks(False, gen, (11,))
+    mean = 0.5 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    seed = 17
+    got = pac_bayes.gibbs_anchor_means(
+        mean,
+        0.3,
+        2.0,
+        (views, sample),
+        4,
+        loss,
+        0.5,
+        torch.Generator().manual_seed(seed),
+        budget=3 * 4 * 6 * 5,
+    )  # chunks of 3 anchors x 4 heads
+    replay = torch.Generator().manual_seed(seed)
+    expected = []
+    for start in range(0, 11, 3):
+        count = min(3, 11 - start)
+        heads = pac_bayes.gibbs_heads(mean, 0.3, 2.0, count * 4, replay).reshape(count, 4, 3, 5)
+        for k in range(count):
+            one = _one_anchor(sample, start + k)
+            expected.append(
+                float(
+                    torch.stack(
+                        [
+                            learner.per_anchor_loss(h.float(), views, one, loss, 0.5)
+                            for h in heads[k]
+                        ]
+                    ).mean()
+                )
+            )
+    assert got.shape == (11,)
+    assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6)

@@ -125,3 +125,29 @@ def test_gains_compare_in_the_losss_units_not_relative_to_the_range() -> None:
     best = table.filter(pl.col("kind") == "largest_certified_gain").row(0, named=True)
     assert best["R"] == 4.0 and best["learning_gain"] == 0.8
     assert best["learning_gain_rel"] == pytest.approx(0.0125)
+
+
+def test_certified_learning_per_rung_and_its_onset_in_n() -> None:
+    """A rung certifies learning in a group when some point has it in every seed (a fraction of
+    1); the onset table gives the smallest such n per rung, blank where none does."""
+
+    def at(n: int, m: int, test_set: float, pb: float | None) -> dict:
+        extra = {"learning_certified_test_set_fraction": test_set}
+        if pb is not None:
+            extra["learning_certified_pb_data_fraction"] = pb
+        return _point(m, 1.0, 1.0, 0.1, 1.0, 1.0, n=n, **extra)
+
+    summary = _summary(
+        at(50, 4, 0.5, 0.0),
+        at(50, 16, 0.0, 0.0),  # no point of n = 50 in every seed
+        at(200, 4, 1.0, 0.5),
+        at(800, 4, 1.0, 1.0),
+    )
+    table = frontier.frontier(summary)
+    first = table.filter(pl.col("kind") == "largest_certified_gain").sort("n")
+    assert first["learning_certified_test_set"].to_list() == [False, True, True]
+    assert first["learning_certified_pb_data"].to_list() == [False, False, True]
+    assert first["learning_certified_rademacher"].to_list() == [None, None, None]
+    onset = frontier.learning_onset(table).row(0, named=True)
+    assert onset["n_grid"] == "50, 200, 800"
+    assert (onset["test_set"], onset["pb_data"], onset["rademacher"]) == (200, 800, None)

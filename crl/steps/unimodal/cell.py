@@ -22,7 +22,7 @@ from crl.steps import data
 from crl.steps.embed import build
 from crl.steps.features import Features, on_unit_sphere
 from crl.steps.keys import CellKey, cell_config, draws_id
-from crl.steps.signal import signal_columns
+from crl.steps.signal import certified_learning_columns, signal_columns
 from crl.steps.unimodal import certify, ladder, sampling
 from crl.steps.unimodal.fit import fit_head
 
@@ -204,6 +204,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     fresh = isinstance(source, sampling.ModelPopulation)
     row.update(_signal_and_test_set(weight, test, key.loss, ev.temperature, ev.delta, fresh, row))
     row.update(_ladder(config, key, draws, source, draw, weight, held, row))
+    row.update(_certified_learning(row))
     row.update(_transfer(key, row, tau))
     row.update(
         _downstream(weight, features, held.views, held.sample, key.loss, ev.probe_points, gen)
@@ -274,6 +275,23 @@ def _ladder(
             gen,
         ),
     }
+
+
+def _certified_learning(row: dict) -> dict:
+    """Which rungs certify that the head learned (crl.steps.signal): the Rademacher certificate
+    train_loss + best_bound where the sampling is certified, the test-set and the PAC-Bayes
+    certificates where the cell has them."""
+    bound = row["best_bound"]
+    rademacher = row["train_loss"] + bound if row["certified"] and bound is not None else None
+    return certified_learning_columns(
+        row["trivial_loss"],
+        {
+            "rademacher": rademacher,
+            "test_set": row["cert_test_set"],
+            "pb_free": row.get("cert_pb_free"),
+            "pb_data": row.get("cert_pb_data"),
+        },
+    )
 
 
 def _against_shared_negatives(

@@ -19,19 +19,25 @@ loss's range; every column is back in the loss's own units.
   data-free one.
 - Each at level delta: delta/2 for the PAC-Bayes bound, split evenly over the noise grid (a
   union bound, so the smallest is reported), delta/2 for the Monte Carlo bound on the empirical
-  Gibbs risk from `mc_heads` fresh heads at the chosen scale: the smaller of the kl bound
+  Gibbs risk from `mc_draws` draws at the chosen scale, each a fresh head scored on one anchor
+  drawn uniformly from the sample (crl.kernels.pac_bayes.gibbs_draws: i.i.d. with mean exactly
+  the empirical Gibbs risk, one tuple per draw whatever n is): the smaller of the kl bound
   (Langford and Caruana 2002) and the empirical Bernstein bound (Maurer and Pontil 2009), each
-  at delta/4 (chosen on `pilot_heads` heads per
-  scale, whose randomness is independent of the final heads'). Columns per certificate: the
-  bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry), `_gibbs_train` (the Monte Carlo mean
-  of the empirical Gibbs risk), `_mc` (its upper bound), `_reason`. `gibbs_test_loss` (`_ci`):
-  the data-dependent Gibbs head's held-out L_m; `cert_pb_free_gibbs_test` the data-free one's.
+  at delta/4. The scale is chosen on `pilot_draws` draws per scale, whose randomness is
+  independent of the final draws'. Columns per certificate: the bound, `_kl` (KL(Q || P)),
+  `_n`, `_sigma` (per entry), `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs
+  risk), `_mc` (its upper bound), `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent
+  Gibbs head's held-out L_m, each held-out anchor scored by `test_heads` fresh heads of its own
+  (crl.kernels.pac_bayes.gibbs_anchor_means); `cert_pb_free_gibbs_test` the data-free one's.
   `cert_pb_data_excess_ratio`: (cert_pb_data - gibbs_test_loss) over the excess of a test-set
   certificate of the same Gibbs head from as many tuples (`cert_pb_data_n`) at level delta.
 - `uniform_deviation_est` (`_ci`): a lower estimate of sup_W (L_m(W) - Lhat_S(W)) over the ball:
-  W* maximises Lhat_search(W) - Lhat_S(W) by projected gradient ascent from the fitted head and
-  `ascent_starts` - 1 random points of norm R (search: the cell's held-out tuples), then
-  L_m(W*) is measured on fresh tuples (95% normal half-width); needs fresh draws of the law.
+  W* maximises Lhat_search(W) - Lhat_A(W) by projected gradient ascent from the fitted head and
+  `ascent_starts` - 1 random points of norm R (search: the cell's held-out tuples; A: the first
+  `ascent_anchors` training anchors, i.i.d. like the rest), then L_m(W*) - Lhat_S(W*) is
+  measured with every training anchor and L_m(W*) on fresh tuples (95% normal half-width):
+  any W* gives a lower estimate, so the search may use a part of S; needs fresh draws of the
+  law.
 
 A rung that does not apply gives None and its `_reason`.
 """
@@ -88,7 +94,7 @@ class Scale:
 
 @dataclass(frozen=True)
 class Certificate:
-    """One PAC-Bayes rung, in [0, 1] units, with the heads of its Monte Carlo estimate."""
+    """One PAC-Bayes rung, in [0, 1] units, with the Gibbs head's mean and scale."""
 
     bound: float
     kl: float
@@ -96,16 +102,18 @@ class Certificate:
     sigma: float
     gibbs_train: float
     mc: float
-    heads: torch.Tensor  # (mc_heads, d, p)
+    mean: torch.Tensor  # (d, p)
 
 
-Risks = Callable[[torch.Tensor], torch.Tensor]  # heads (count, d, p) -> risks (count,)
+# (mean (d, p), sigma, count, generator) -> the losses of `count` i.i.d. draws of a Gibbs head
+# scored on a uniformly drawn training anchor, (count,) in the loss's units
+Draws = Callable[[torch.Tensor, float, int, torch.Generator], torch.Tensor]
 
 
 def certificate(
     mean: torch.Tensor,
     prior: torch.Tensor,
-    risks: Risks,
+    draws: Draws,
     n: int,
     radius: float,
     ladder: LadderConfig,
@@ -114,31 +122,28 @@ def certificate(
     gen: torch.Generator,
 ) -> Certificate:
     """The PAC-Bayes-kl certificate of the Gibbs head P_R(W), W ~ N(mean, sigma^2 I), against
-    the prior N(prior, sigma^2 I), from the empirical risks `risks` of heads on n i.i.d.
-    anchors, at level delta (module docstring)."""
+    the prior N(prior, sigma^2 I), from draws of its losses on n i.i.d. anchors, at level
+    delta (module docstring)."""
     level = delta / 2 / len(ladder.noise)
     sigmas = [pac_bayes.noise_scale(s, radius, mean.numel()) for s in ladder.noise]
 
     def plug_in(sigma: float) -> float:
-        heads = pac_bayes.gibbs_heads(mean, sigma, radius, ladder.pilot_heads, gen)
         kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
-        empirical = scale.to_unit(float(risks(heads).mean()))
+        empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen).mean()))
         return pac_bayes.pac_bayes_kl_bound(empirical, kl, n, level)
 
     sigma = min(sigmas, key=plug_in)
-    heads = pac_bayes.gibbs_heads(mean, sigma, radius, ladder.mc_heads, gen)
-    unit = (risks(heads) - scale.low) / scale.width  # (mc_heads,) in [0, 1]
+    unit = (draws(mean, sigma, ladder.mc_draws, gen) - scale.low) / scale.width  # in [0, 1]
     gibbs_train = float(unit.mean())
-    mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_heads, delta / 4)
-    if ladder.mc_heads >= 2:
-        variance = float(unit.var(correction=1))
-        bernstein = pac_bayes.empirical_bernstein_upper(
-            gibbs_train, variance, ladder.mc_heads, delta / 4
-        )
-        mc = min(mc, bernstein)
+    mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
+    variance = float(unit.var(correction=1))
+    bernstein = pac_bayes.empirical_bernstein_upper(
+        gibbs_train, variance, ladder.mc_draws, delta / 4
+    )
+    mc = min(mc, bernstein)
     kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
     bound = pac_bayes.pac_bayes_kl_bound(mc, kl, n, level)
-    return Certificate(bound, kl, n, sigma, gibbs_train, mc, heads)
+    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean)
 
 
 def _rung_columns(prefix: str, cert: Certificate | None, scale: Scale, reason: str | None) -> dict:
@@ -188,8 +193,16 @@ def pac_bayes_columns(
         return out | {"cert_pb_free_reason": reason, "cert_pb_data_reason": reason}
     R, T = config.model.R, ev.temperature
 
-    def on(blocks: learner.Blocks) -> Risks:
-        return lambda heads: pac_bayes.gibbs_risks(heads, blocks, key.loss, T)[0]
+    def on(blocks: learner.Blocks) -> Draws:
+        def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
+            return pac_bayes.gibbs_draws(mean, sigma, R, blocks, count, key.loss, T, g)
+
+        return draws
+
+    def held_out(cert: Certificate) -> torch.Tensor:
+        return pac_bayes.gibbs_anchor_means(
+            cert.mean, cert.sigma, R, held, ladder.test_heads, key.loss, T, gen
+        )
 
     mean = weight.double()
     free = certificate(
@@ -197,7 +210,7 @@ def pac_bayes_columns(
     )
     count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
     prior_draw, rest = sampling.split_anchors(draw, count)
-    prior = fit_head(config, prior_draw, key.loss, gen)[0].double()
+    prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0].double()
     # scores are invariant under W -> Q W (Q orthogonal), and heads fitted from different
     # starts land on different rotations: the posterior's mean is the head rotated onto the
     # prior's (the posterior may depend on every anchor; the prior does not move)
@@ -205,10 +218,9 @@ def pac_bayes_columns(
     data = certificate(aligned, prior, on(rest), rest.n, R, ladder, ev.delta, scale, gen)
     out.update(_rung_columns("cert_pb_free", free, scale, None))
     out.update(_rung_columns("cert_pb_data", data, scale, None))
-    free_test, _ = pac_bayes.gibbs_risks(free.heads, [held], key.loss, T)
-    data_test, per_anchor = pac_bayes.gibbs_risks(data.heads, [held], key.loss, T)
-    gibbs_test = float(data_test.mean())
-    out["cert_pb_free_gibbs_test"] = float(free_test.mean())
+    out["cert_pb_free_gibbs_test"] = float(held_out(free).mean())
+    per_anchor = held_out(data)
+    gibbs_test = float(per_anchor.mean())
     out["gibbs_test_loss"] = gibbs_test
     n_test = per_anchor.shape[0]
     out["gibbs_test_loss_ci"] = (
@@ -219,6 +231,16 @@ def pac_bayes_columns(
     excess = data.bound - test_unit
     out["cert_pb_data_excess_ratio"] = excess / reference if reference > 0 else None
     return out
+
+
+def _prior_config(config: Config, ladder: LadderConfig) -> Config:
+    """The config the data-dependent prior is fitted with: the model's, its iteration cap
+    replaced by `prior_iterations` where set."""
+    if ladder.prior_iterations is None:
+        return config
+    cap = ladder.prior_iterations
+    model = config.model.model_copy(update={"max_iter": cap, "steps": cap})
+    return config.model_copy(update={"model": model})
 
 
 def uniform_deviation_columns(
@@ -238,7 +260,8 @@ def uniform_deviation_columns(
     if reason is not None:
         return {name: None for name in UD_COLUMNS[:-1]} | {"uniform_deviation_reason": reason}
     d, p = weight.shape
-    train_value, train_grad = learner.mean_loss(draw, d, loss, temperature)
+    part = sampling.first_anchors(draw, ladder.ascent_anchors)
+    train_value, train_grad = learner.mean_loss(part, d, loss, temperature)
     search_value, search_grad = learner.mean_loss([search], d, loss, temperature)
 
     def value(flat: torch.Tensor) -> float:

@@ -122,6 +122,19 @@ def split_anchors(draw: TrainDraw, count: int) -> tuple[TrainDraw, TrainDraw]:
     return head, tail
 
 
+def first_anchors(draw: TrainDraw, count: int) -> TrainDraw:
+    """The draw's first min(count, n) anchors, as one block (within the first block: the whole
+    draw if it is held whole and has at most `count`)."""
+    views, sample = draw[0]
+    size = int(sample.anchors.shape[0])
+    if len(draw) == 1 and size <= count:
+        return draw
+    k = min(count, size)
+    negatives = sample.negatives if sample.shared else sample.negatives[:k]
+    part = learner.Sample(sample.anchors[:k], sample.positives[:k], negatives)
+    return TrainDraw.whole(views, part, draw.sampling)
+
+
 def _sizes(n: int, per_block: int) -> list[int]:
     return [min(per_block, n - start) for start in range(0, n, per_block)]
 

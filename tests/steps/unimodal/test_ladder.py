@@ -11,25 +11,65 @@ import torch
 from scipy.stats import norm
 
 from crl.core.config import LadderConfig
-from crl.kernels import learner
+from crl.kernels import learner, pac_bayes
 from crl.steps.features import Features, Normalizer, SplitArrays, load_features, tau_of
 from crl.steps.keys import CellKey
+from crl.steps.signal import certified_learning_columns
 from crl.steps.unimodal import cell, ladder, sampling
 from tests.steps.helpers import config, materialise
 
-LADDER = {"noise": [0.015, 0.05, 0.1], "pilot_heads": 8, "mc_heads": 400}
+LADDER = {"noise": [0.015, 0.05, 0.1], "pilot_draws": 256, "mc_draws": 4000}
 
 
-def _threshold_risks(z: np.ndarray) -> ladder.Risks:
-    """The loss 1{z < Phi(w)} of a scalar head w on data z ~ U(0, 1): L(w) = Phi(w), and a
-    head's empirical risk is the share of z below Phi(w)."""
-    ordered = np.sort(z)
+def _threshold_draws(z: np.ndarray, radius: float) -> ladder.Draws:
+    """The loss 1{z < Phi(w)} of a scalar head w on data z ~ U(0, 1), L(w) = Phi(w): each draw
+    a Gibbs head on a uniformly drawn z_i."""
+    values = torch.from_numpy(z)
 
-    def risks(heads: torch.Tensor) -> torch.Tensor:
-        cut = norm.cdf(heads.reshape(-1).numpy())
-        return torch.from_numpy(np.searchsorted(ordered, cut, side="left") / len(z))
+    def draws(mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator) -> torch.Tensor:
+        heads = pac_bayes.gibbs_heads(mean, sigma, radius, count, gen).reshape(-1)
+        rows = torch.randint(0, len(z), (count,), generator=gen)
+        cut = torch.from_numpy(norm.cdf(heads.numpy()))
+        return (values[rows] < cut).double()
 
-    return risks
+    return draws
+
+
+def _exact_gibbs_risk(z: np.ndarray, mean: float, sigma: float) -> float:
+    """(1/n) sum_i P(z_i < Phi(W)), W ~ N(mean, sigma^2): the empirical Gibbs risk in closed
+    form (no projection at these scales)."""
+    return float(np.mean(norm.sf((norm.ppf(z) - mean) / sigma)))
+
+
+def test_the_monte_carlo_term_covers_the_exact_empirical_gibbs_risk() -> None:
+    """Draws of (head, uniform anchor) are unbiased for Lhat_S(Q), and the smaller of the kl and
+    Bernstein bounds on them, each at delta/2, covers it in at least 1 - delta of 400 repeats,
+    with few draws so that the test can fail."""
+    rng = np.random.default_rng(3)
+    z = rng.uniform(size=300)
+    mean, sigma, draws, delta, reps = (
+        torch.tensor([[-1.2]], dtype=torch.float64),
+        0.3,
+        200,
+        0.2,
+        400,
+    )
+    exact = _exact_gibbs_risk(z, -1.2, sigma)
+    sample = _threshold_draws(z, 20.0)
+    gen = torch.Generator().manual_seed(4)
+    means, misses = [], 0
+    for _ in range(reps):
+        unit = sample(mean, sigma, draws, gen)
+        average = float(unit.mean())
+        upper = min(
+            pac_bayes.monte_carlo_upper(average, draws, delta / 2),
+            pac_bayes.empirical_bernstein_upper(average, float(unit.var()), draws, delta / 2),
+        )
+        means.append(average)
+        misses += upper < exact
+    assert misses / reps <= delta
+    spread = float(np.std(means)) / math.sqrt(reps)
+    assert abs(float(np.mean(means)) - exact) < 4 * spread
 
 
 def test_pac_bayes_certificates_cover_the_true_gibbs_risk() -> None:
@@ -48,10 +88,26 @@ def test_pac_bayes_certificates_cover_the_true_gibbs_risk() -> None:
         mean = torch.tensor([[norm.ppf(np.quantile(z, 0.1))]], dtype=torch.float64)
         prior = torch.tensor([[norm.ppf(np.quantile(z[: n // 2], 0.1))]], dtype=torch.float64)
         free = ladder.certificate(
-            mean, torch.zeros_like(mean), _threshold_risks(z), n, radius, cfg, delta, scale, gen
+            mean,
+            torch.zeros_like(mean),
+            _threshold_draws(z, radius),
+            n,
+            radius,
+            cfg,
+            delta,
+            scale,
+            gen,
         )
         data = ladder.certificate(
-            mean, prior, _threshold_risks(z[n // 2 :]), n - n // 2, radius, cfg, delta, scale, gen
+            mean,
+            prior,
+            _threshold_draws(z[n // 2 :], radius),
+            n - n // 2,
+            radius,
+            cfg,
+            delta,
+            scale,
+            gen,
         )
         for name, cert in (("free", free), ("data", data)):
             truth = norm.cdf(float(mean) / math.sqrt(1 + cert.sigma**2))
@@ -115,6 +171,13 @@ def test_a_cell_carries_the_ladder(
     assert row["cert_pb_free_n"] == 60 and row["cert_pb_data_n"] == 30
     assert low <= row["gibbs_test_loss"] <= high and row["gibbs_test_loss_ci"] > 0
     assert row["cert_pb_data_excess_ratio"] > 0
+    # learning certified: each rung's certificate against the constant loss of f = 0
+    trivial = row["trivial_loss"]
+    assert row["learning_certified_pb_data"] == (row["cert_pb_data"] < trivial)
+    assert row["learning_certified_pb_free"] == (row["cert_pb_free"] < trivial)
+    assert row["learning_certified_test_set"] == (row["cert_test_set"] < trivial)
+    rademacher = row["train_loss"] + row["best_bound"]
+    assert row["learning_certified_rademacher"] == (rademacher < trivial)
     # the uniform deviation's search starts at the fitted head: it finds at least its gap's
     # size (on fresh tuples, up to their interval)
     assert row["uniform_deviation_reason"] is None
@@ -165,3 +228,28 @@ def test_ladder_config_is_left_out_of_the_hash_when_absent() -> None:
     assert with_ladder.hash() != config().hash()
     with pytest.raises(Exception, match="noise"):
         config(eval={"ladder": {"noise": [0.1, 0.1]}})
+
+
+def test_certified_learning_columns_compare_with_f_zero() -> None:
+    got = certified_learning_columns(
+        2.0, {"a": 1.5, "b": 2.0, "c": math.inf, "d": None, "e": math.nan}
+    )
+    assert got == {
+        "learning_certified_a": True,
+        "learning_certified_b": False,  # equal to f = 0's loss: not below it
+        "learning_certified_c": False,
+        "learning_certified_d": None,
+        "learning_certified_e": False,
+    }
+
+
+def test_prior_iterations_caps_only_the_prior_fit() -> None:
+    capped = config(
+        model={"solver": "apg", "max_iter": 500},
+        eval={"ladder": {**LADDER, "prior_iterations": 7}},
+    )
+    prior = ladder._prior_config(capped, capped.eval.ladder)
+    assert (prior.model.max_iter, prior.model.steps) == (7, 7)
+    assert capped.model.max_iter == 500  # the cell's own fit keeps its cap
+    plain = config(eval={"ladder": LADDER})
+    assert ladder._prior_config(plain, plain.eval.ladder) is plain
