@@ -31,6 +31,7 @@ __all__ = [
     "FitSpec",
     "Sample",
     "Views",
+    "block_sizes",
     "draw",
     "fit",
     "fit_to_tolerance",
@@ -247,7 +248,7 @@ def mean_loss(
     return _streamed(blocks, block_terms)
 
 
-def _sizes(blocks: Blocks) -> list[int]:
+def block_sizes(blocks: Blocks) -> list[int]:
     """Anchors per block, without making a block where the sequence knows them."""
     sizes = getattr(blocks, "sizes", None)
     return list(sizes) if sizes is not None else [int(s.anchors.shape[0]) for _, s in blocks]
@@ -256,7 +257,7 @@ def _sizes(blocks: Blocks) -> list[int]:
 def _values(blocks: Blocks) -> int:
     """Feature values of the sample's tuples (shared negatives once)."""
     views, sample = blocks[0]
-    n = sum(_sizes(blocks))
+    n = sum(block_sizes(blocks))
     m, p = sample.negatives.shape[-1], views.anchor.shape[1]
     return (2 * n + m) * p if sample.shared else (2 + m) * n * p
 

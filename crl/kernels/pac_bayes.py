@@ -141,10 +141,7 @@ def gibbs_draws(
     the float32 tables (exact widening). Shape: mean (d, p) -> (count,) float64, in the order
     of the blocks."""
     count = _validate.at_least("count", count, 1)
-    sizes = torch.tensor(
-        getattr(blocks, "sizes", None) or [int(s.anchors.shape[0]) for _, s in blocks],
-        dtype=torch.float64,
-    )
+    sizes = torch.tensor(learner.block_sizes(blocks), dtype=torch.float64)
     owner = torch.multinomial(sizes / sizes.sum(), count, replacement=True, generator=gen)
     shares = torch.bincount(owner, minlength=len(sizes)).tolist()
     out = []
