@@ -13,6 +13,8 @@ import pytest
 from tests import services
 
 REPO = Path(__file__).resolve().parent.parent
+# a cell's timing columns; the summary's start with them (wall_seconds_mean, ...)
+TIMING = ("wall_seconds", "bounds_seconds", "ladder_seconds")
 # the input-fingerprint cache (crl.core.fingerprints) of the tests and the commands they start
 os.environ.setdefault("CRL_CACHE_DIR", tempfile.mkdtemp(prefix="crl-test-cache-"))
 

@@ -91,6 +91,7 @@ SUMMARISED = [
     "correspondence_top1",
     "correspondence_chance",
     "bounds_seconds",
+    "ladder_seconds",
     "wall_seconds",
 ]
 BOUND_HOLDS = [

@@ -16,7 +16,7 @@ import yaml
 from crl.core import config
 from crl.steps import data
 from crl.steps.keys import grid_keys
-from tests.conftest import REPO, crl
+from tests.conftest import REPO, TIMING, crl
 
 pytestmark = pytest.mark.slow
 
@@ -353,7 +353,7 @@ def test_local_executor_writes_the_same_cells_table(tiny_run: dict, tmp_path: Pa
         local = pl.read_parquet(
             tmp_path / "runs" / tiny_run["config"].run_id() / "tables" / f"{name}.parquet"
         )
-        timing = [c for c in ray_table.columns if c.startswith(("wall_seconds", "bounds_seconds"))]
+        timing = [c for c in ray_table.columns if c.startswith(TIMING)]
         assert local.drop(timing).equals(ray_table.drop(timing)), name
 
 

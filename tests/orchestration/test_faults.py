@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from crl.core import config
-from tests.conftest import REPO, crl, crl_killable
+from tests.conftest import REPO, TIMING, crl, crl_killable
 from tests.orchestration.cluster_runs import (
     NODE_LOSS,
     assert_equals_uninterrupted,
@@ -30,8 +30,7 @@ FAULT_GRID = dict(TINY, grid=dict(TINY["grid"], regimes=["scrl"], losses=["lse"]
 
 
 def _without_timing(frame: pl.DataFrame) -> pl.DataFrame:
-    timing = ("wall_seconds", "bounds_seconds")
-    return frame.select([c for c in frame.columns if not c.startswith(timing)])
+    return frame.select([c for c in frame.columns if not c.startswith(TIMING)])
 
 
 def _tables(run_dir: Path) -> dict[str, pl.DataFrame]:

@@ -203,7 +203,9 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
     fresh = isinstance(source, sampling.ModelPopulation)
     row.update(_signal_and_test_set(weight, test, key.loss, ev.temperature, ev.delta, fresh, row))
+    ladder_started = time.perf_counter()
     row.update(_ladder(config, key, draws, source, draw, weight, held, row))
+    row["ladder_seconds"] = time.perf_counter() - ladder_started
     row.update(_certified_learning(row))
     row.update(_transfer(key, row, tau))
     row.update(

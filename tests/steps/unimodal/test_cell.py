@@ -29,6 +29,7 @@ from crl.steps.keys import CellKey, grid_keys, oracle_keys
 from crl.steps.unimodal import cell, sampling
 from crl.steps.unimodal.family import FAMILY as UNIMODAL
 from crl.steps.unimodal.family import UnimodalContext
+from tests.conftest import TIMING
 from tests.steps.helpers import config, materialise
 
 
@@ -67,7 +68,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Features, float]:
 
 
 def _without_wall(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in ("wall_seconds", "bounds_seconds")}
+    return {k: v for k, v in row.items() if k not in TIMING}
 
 
 def test_grid_keys_size_and_order() -> None:
