@@ -72,6 +72,11 @@ class Sample:
     def shared(self) -> bool:
         return self.negatives.dim() == 1
 
+    def part(self, anchors: slice) -> Sample:
+        """The tuples of a slice of the anchors (shared negatives stay the one table)."""
+        negatives = self.negatives if self.shared else self.negatives[anchors]
+        return Sample(self.anchors[anchors], self.positives[anchors], negatives)
+
 
 Blocks = Sequence[tuple[Views, Sample]]
 

@@ -128,11 +128,6 @@ def _blocks(shared: bool, gen: torch.Generator, sizes: tuple[int, ...] = (30, 30
     return blocks
 
 
-def _one_anchor(sample: learner.Sample, i: int) -> learner.Sample:
-    negatives = sample.negatives if sample.shared else sample.negatives[i : i + 1]
-    return learner.Sample(sample.anchors[i : i + 1], sample.positives[i : i + 1], negatives)
-
-
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("loss", ["hinge", "lse", "info_nce"])
 def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: bool) -> None:
@@ -166,7 +161,7 @@ def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: b
                 True,
             )
             expected.append(
-                float(learner.per_anchor_loss(head, wide, _one_anchor(sample, i), loss, 0.5))
+                float(learner.per_anchor_loss(head, wide, sample.part(slice(i, i + 1)), loss, 0.5))
             )
     assert drawn.dtype == torch.float64
     assert torch.allclose(
@@ -217,7 +212,7 @@ def test_gibbs_anchor_means_average_fresh_heads_per_anchor(loss: str) -> None:
         count = min(3, 11 - start)
         heads = pac_bayes.gibbs_heads(mean, 0.3, 2.0, count * 4, replay).reshape(count, 4, 3, 5)
         for k in range(count):
-            one = _one_anchor(sample, start + k)
+            one = sample.part(slice(start + k, start + k + 1))
             expected.append(
                 float(
                     torch.stack(

@@ -108,10 +108,7 @@ def split_anchors(draw: TrainDraw, count: int) -> tuple[TrainDraw, TrainDraw]:
         if not 1 <= count < draw.n:
             raise ValueError(f"split_anchors: count={count} must lie in [1, {draw.n - 1}]")
         views, sample = draw[0]
-        head, tail = (
-            learner.Sample(sample.anchors[part], sample.positives[part], sample.negatives[part])
-            for part in (slice(None, count), slice(count, None))
-        )
+        head, tail = (sample.part(part) for part in (slice(None, count), slice(count, None)))
         return TrainDraw.whole(views, head, draw.sampling), TrainDraw.whole(
             views, tail, draw.sampling
         )
@@ -129,10 +126,7 @@ def first_anchors(draw: TrainDraw, count: int) -> TrainDraw:
     size = int(sample.anchors.shape[0])
     if len(draw) == 1 and size <= count:
         return draw
-    k = min(count, size)
-    negatives = sample.negatives if sample.shared else sample.negatives[:k]
-    part = learner.Sample(sample.anchors[:k], sample.positives[:k], negatives)
-    return TrainDraw.whole(views, part, draw.sampling)
+    return TrainDraw.whole(views, sample.part(slice(min(count, size))), draw.sampling)
 
 
 def _sizes(n: int, per_block: int) -> list[int]:
