@@ -298,13 +298,20 @@ class Config(Run):
 
     def draws_hash(self) -> str:
         """The hash that keys the cells' random draws: the config's without its pretraining
-        sections. Every checkpoint of a pretraining, every pretraining recipe and the same
-        config without pretraining then draw the same samples, negatives and heads' starts
-        (common random numbers: epoch 0 is the frozen encoder's cells exactly, and the
-        differences between epochs are paired). Equal to `hash()` without pretraining."""
-        update: dict = {"encoder": self.encoder.model_copy(update={"pretrain": None})}
+        sections and its certificate ladders (`eval.ladder`, `dense.eval.ladder`). Every
+        checkpoint of a pretraining, every pretraining recipe, the same config without
+        pretraining and with or without a ladder then draw the same samples, negatives and
+        heads' starts (common random numbers: epoch 0 is the frozen encoder's cells exactly, and
+        the differences between epochs are paired; the ladder's rungs draw from generators of
+        their own, so a ladder adds columns and moves none). Equal to `hash()` without
+        pretraining and ladders."""
+        update: dict = {
+            "encoder": self.encoder.model_copy(update={"pretrain": None}),
+            "eval": self.eval.model_copy(update={"ladder": None}),
+        }
         if self.dense is not None:
-            update["dense"] = self.dense.model_copy(update={"pretrain": None})
+            dense_eval = self.dense.eval.model_copy(update={"ladder": None})
+            update["dense"] = self.dense.model_copy(update={"pretrain": None, "eval": dense_eval})
         return self.model_copy(update=update).hash()
 
     def m_star_metrics(self) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
+from crl.core.ladder_config import PacBayesConfig
 from crl.core.pretrain_config import PretrainConfig
 from crl.core.strict import Strict as _Strict
 from crl.core.strict import non_empty_unique
@@ -163,13 +164,16 @@ class DenseGrid(_Strict):
 
 
 class DenseEval(_Strict):
-    """Held-out evaluation: `test_images` images with fresh negatives; the MI bound on up to
-    `mi_images` of them, each with m negatives of its own from the pool (disjoint)."""
+    """Held-out evaluation: `test_images` images with fresh negatives (and the test-set
+    certificate on them); the MI bound on up to `mi_images` of them, each with m negatives of
+    its own from the pool (disjoint); `ladder`: the PAC-Bayes rungs of the certificate ladder on
+    the i.i.d. (scrl) cells (crl.steps.dense.ladder)."""
 
     temperature: float = Field(0.5, gt=0)
     delta: float = Field(0.05, gt=0, lt=1)
     test_images: int = Field(128, ge=2)
     mi_images: int = Field(128, ge=2)
+    ladder: PacBayesConfig | None = None
 
 
 class DenseConfig(_Strict):

@@ -1,6 +1,7 @@
-"""The `eval.ladder` section: the certificate ladder of single-modality cells beyond the
-test-set certificate (crl.steps.unimodal.ladder): PAC-Bayes-kl certificates with a data-free
-and a data-dependent prior, and the uniform deviation estimate."""
+"""The certificate ladder's sections beyond the test-set certificate: `eval.ladder` for
+single-modality cells (crl.steps.unimodal.ladder: PAC-Bayes-kl certificates with a data-free
+and a data-dependent prior, and the uniform deviation estimate) and `dense.eval.ladder` for
+dense cells (crl.steps.dense.ladder: the PAC-Bayes rungs)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,20 @@ from pydantic import Field, field_validator
 from crl.core.strict import Strict, non_empty_unique
 
 
-class LadderConfig(Strict):
-    """`noise`: the grid of Gibbs noise scales, each the expected norm of the head's noise as a
+class PacBayesConfig(Strict):
+    """The PAC-Bayes rungs (crl.steps.ladder), as every family takes them.
+    `noise`: the grid of Gibbs noise scales, each the expected norm of the head's noise as a
     fraction of R (sigma = noise R / sqrt(d p) per entry), fixed before any data: the bounds
     hold for every entry at once by a union bound, so the reported one is the smallest.
-    A draw is a fresh Gibbs head scored on one anchor drawn uniformly from the sample
-    (crl.kernels.pac_bayes.gibbs_draws): `pilot_draws` per scale choose the scale, `mc_draws`
-    fresh ones at that scale bound the empirical Gibbs risk (its Monte Carlo term, Langford and
-    Caruana 2002; Maurer and Pontil 2009), whatever n is. `test_heads`: fresh heads per
-    held-out anchor for the Gibbs head's held-out risk. `prior_fraction`: the share of the
-    training anchors that fit the data-dependent prior's mean; its bound uses the rest;
+    A draw is a fresh Gibbs head scored on one training unit (an anchor's tuple, an image with
+    its negatives) drawn uniformly from the sample: `pilot_draws` per scale choose the scale,
+    `mc_draws` fresh ones at that scale bound the empirical Gibbs risk (its Monte Carlo term,
+    Langford and Caruana 2002; Maurer and Pontil 2009), whatever n is. `test_heads`: fresh
+    heads per held-out unit for the Gibbs head's held-out risk. `prior_fraction`: the share of
+    the training units that fit the data-dependent prior's mean; its bound uses the rest;
     `prior_iterations` caps that fit (APG iterations or Adam steps; default: the model's
     `max_iter` or `steps`): a prior need not be converged, and a non-smooth loss (the hinge)
-    runs to the cap.
-    `ascent_starts` projected gradient ascents of Lhat_test(W) - Lhat_train(W) over the ball
-    (0: no uniform deviation estimate), each at most `ascent_iterations` iterations, against the
-    first `ascent_anchors` training anchors (the estimate itself uses all of them)."""
+    runs to the cap."""
 
     noise: list[Annotated[float, Field(gt=0, le=10)]] = Field(
         [0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0], min_length=1
@@ -36,11 +35,20 @@ class LadderConfig(Strict):
     test_heads: int = Field(64, ge=1)
     prior_fraction: float = Field(0.5, gt=0, lt=1)
     prior_iterations: int | None = Field(None, ge=1)
-    ascent_starts: int = Field(4, ge=0)
-    ascent_iterations: int = Field(100, ge=1)
-    ascent_anchors: int = Field(8192, ge=1)
 
     @field_validator("noise")
     @classmethod
     def _non_empty_unique(cls, value: list) -> list:
         return non_empty_unique(value)
+
+
+class LadderConfig(PacBayesConfig):
+    """`eval.ladder`, the single-modality cells' ladder: the PAC-Bayes rungs
+    (`PacBayesConfig`) and the uniform deviation estimate: `ascent_starts` projected gradient
+    ascents of Lhat_test(W) - Lhat_train(W) over the ball (0: no uniform deviation estimate),
+    each at most `ascent_iterations` iterations, against the first `ascent_anchors` training
+    anchors (the estimate itself uses all of them)."""
+
+    ascent_starts: int = Field(4, ge=0)
+    ascent_iterations: int = Field(100, ge=1)
+    ascent_anchors: int = Field(8192, ge=1)

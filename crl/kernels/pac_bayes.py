@@ -27,11 +27,14 @@
 - `gibbs_anchor_means(mean, sigma, radius, block, heads, loss, temperature, gen)`: each anchor's
   loss averaged over `heads` fresh heads of its own: i.i.d. over i.i.d. anchors, with mean the
   Gibbs head's risk L(Q), so their mean and spread estimate it with a confidence interval.
+- `unit_draws`, `unit_means`: the same for any i.i.d. units (a dense cell's images with their
+  negatives) given `terms`, the loss of a batch of heads each on its own unit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -49,6 +52,8 @@ __all__ = [
     "noise_scale",
     "pac_bayes_kl_bound",
     "pac_bayes_kl_term",
+    "unit_draws",
+    "unit_means",
 ]
 
 
@@ -149,13 +154,18 @@ def gibbs_draws(
         if share == 0:
             continue
         views, sample = blocks[b]
-        size = int(sample.anchors.shape[0])
-        chunk = _draw_chunk(sample, views, budget)
-        for start in range(0, share, chunk):
-            c = min(chunk, share - start)
-            heads = gibbs_heads(mean, sigma, radius, c, gen)
-            rows = torch.randint(0, size, (c,), generator=gen)
-            out.append(_paired_terms(heads, views, sample, rows, loss, temperature))
+        out.append(
+            unit_draws(
+                mean,
+                sigma,
+                radius,
+                int(sample.anchors.shape[0]),
+                share,
+                _tuple_terms(views, sample, loss, temperature),
+                _draw_chunk(sample, views, budget),
+                gen,
+            )
+        )
     return torch.cat(out)
 
 
@@ -173,16 +183,68 @@ def gibbs_anchor_means(
 ) -> torch.Tensor:
     """Each anchor's loss averaged over `heads` Gibbs heads P_R(mean + sigma E) of its own.
     Shape: mean (d, p) -> (anchors,) float64."""
-    heads = _validate.at_least("heads", heads, 1)
     views, sample = block
-    n = int(sample.anchors.shape[0])
-    per_chunk = max(1, _draw_chunk(sample, views, budget) // heads)  # anchors per chunk
+    return unit_means(
+        mean,
+        sigma,
+        radius,
+        int(sample.anchors.shape[0]),
+        heads,
+        _tuple_terms(views, sample, loss, temperature),
+        _draw_chunk(sample, views, budget),
+        gen,
+    )
+
+
+# (heads (c, d, p), units (c,)) -> the loss of head k on unit units[k], (c,) float64
+Terms = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@torch.no_grad()
+def unit_draws(
+    mean: torch.Tensor,
+    sigma: float,
+    radius: float,
+    units: int,
+    count: int,
+    terms: Terms,
+    chunk: int,
+    gen: torch.Generator,
+) -> torch.Tensor:
+    """The losses of `count` independent draws (W, i), W = P_R(mean + sigma E) and i uniform
+    over `units` i.i.d. units (an anchor's tuple, an image with its negatives), `chunk` draws at
+    a time, each chunk's heads drawn before its units. Shape: mean (d, p) -> (count,)."""
+    count = _validate.at_least("count", count, 1)
+    units = _validate.at_least("units", units, 1)
     out = []
-    for start in range(0, n, per_chunk):
-        rows = torch.arange(start, min(n, start + per_chunk)).repeat_interleave(heads)
+    for start in range(0, count, chunk):
+        c = min(chunk, count - start)
+        heads = gibbs_heads(mean, sigma, radius, c, gen)
+        rows = torch.randint(0, units, (c,), generator=gen)
+        out.append(terms(heads, rows))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def unit_means(
+    mean: torch.Tensor,
+    sigma: float,
+    radius: float,
+    units: int,
+    heads: int,
+    terms: Terms,
+    chunk: int,
+    gen: torch.Generator,
+) -> torch.Tensor:
+    """Each unit's loss averaged over `heads` Gibbs heads of its own, about `chunk` (unit, head)
+    pairs at a time. Shape: mean (d, p) -> (units,)."""
+    heads = _validate.at_least("heads", heads, 1)
+    per_chunk = max(1, chunk // heads)  # units per chunk
+    out = []
+    for start in range(0, units, per_chunk):
+        rows = torch.arange(start, min(units, start + per_chunk)).repeat_interleave(heads)
         drawn = gibbs_heads(mean, sigma, radius, rows.shape[0], gen)
-        terms = _paired_terms(drawn, views, sample, rows, loss, temperature)
-        out.append(terms.reshape(-1, heads).mean(1))
+        out.append(terms(drawn, rows).reshape(-1, heads).mean(1))
     return torch.cat(out)
 
 
@@ -192,29 +254,27 @@ def _draw_chunk(sample: learner.Sample, views: learner.Views, budget: int) -> in
     return max(1, budget // ((m + 2) * p))
 
 
-def _paired_terms(
-    heads: torch.Tensor,
-    views: learner.Views,
-    sample: learner.Sample,
-    rows: torch.Tensor,
-    loss: str,
-    temperature: float,
-) -> torch.Tensor:
-    """The loss of head k on the tuple of anchor rows[k], in float64.
-    Shape: heads (c, d, p), rows (c,) -> (c,)."""
-    c = rows.shape[0]
-    negatives = sample.negatives.expand(c, -1) if sample.shared else sample.negatives[rows]
-    tuples = torch.cat(
-        [
-            views.anchor[sample.anchors[rows]].unsqueeze(1),
-            views.positive[sample.positives[rows]].unsqueeze(1),
-            views.negative[negatives],
-        ],
-        dim=1,
-    ).double()  # (c, m + 2, p): exact widening of the float32 tables
-    f = torch.bmm(tuples, heads.transpose(1, 2))  # (c, m + 2, d)
-    fa, fp, fn = f[:, 0], f[:, 1], f[:, 2:]
-    return learner.objective(fa, fp, fn, False, loss, temperature)
+def _tuple_terms(
+    views: learner.Views, sample: learner.Sample, loss: str, temperature: float
+) -> Terms:
+    """The loss of head k on the tuple of anchor rows[k], in float64."""
+
+    def terms(heads: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        c = rows.shape[0]
+        negatives = sample.negatives.expand(c, -1) if sample.shared else sample.negatives[rows]
+        tuples = torch.cat(
+            [
+                views.anchor[sample.anchors[rows]].unsqueeze(1),
+                views.positive[sample.positives[rows]].unsqueeze(1),
+                views.negative[negatives],
+            ],
+            dim=1,
+        ).double()  # (c, m + 2, p): exact widening of the float32 tables
+        f = torch.bmm(tuples, heads.transpose(1, 2))  # (c, m + 2, d)
+        fa, fp, fn = f[:, 0], f[:, 1], f[:, 2:]
+        return learner.objective(fa, fp, fn, False, loss, temperature)
+
+    return terms
 
 
 def procrustes(moving: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ def draws_id(config: Config, key: Any) -> str:
     """What keys the random draws of the cell `key` (a CellKey or a dense key): its id at
     encoder_epoch None under `config.draws_hash()`, so the cells of every checkpoint of a
     pretraining, of every recipe and of the config without pretraining draw alike (common
-    random numbers). The cell's own id without pretraining."""
+    random numbers). The cell's own id without pretraining and ladders."""
     return replace(key, encoder_epoch=None).cell_id(config.draws_hash())
 
 

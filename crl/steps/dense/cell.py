@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import torch
 
 from crl.core.config import Config
-from crl.core.dense_config import DenseHead
 from crl.kernels import metrics, stats
 from crl.kernels.dense import image as dense_image
 from crl.kernels.seeding import generator, short_hash
-from crl.kernels.solver import Solution, SolverSpec, apg, autograd, project_ball
+from crl.kernels.solver import SolverSpec
+from crl.steps import ladder as rungs
 from crl.steps.dense import certify as dense_certify
+from crl.steps.dense import ladder as dense_ladder
+from crl.steps.dense import objective as dense_objective
 from crl.steps.dense.features import DenseFeatures, DenseSplit, Negatives, pool_disjoint, pool_draw
 from crl.steps.keys import draws_id
 from crl.steps.signal import signal_columns
@@ -87,53 +89,6 @@ def dense_keys(config: Config) -> list[DenseKey]:
     ]
 
 
-@dataclass(frozen=True)
-class Batch:
-    """Images with their negatives, as the loss takes them. Shape: phi1, phi2 (n, K, p),
-    match (n, K), neg (n, m, p) or (m, p); pooled1, pooled2 (n, 1, p), pooled_neg like neg."""
-
-    phi1: torch.Tensor
-    phi2: torch.Tensor
-    match: torch.Tensor
-    neg: torch.Tensor
-    pooled1: torch.Tensor
-    pooled2: torch.Tensor
-    pooled_neg: torch.Tensor
-
-
-def _batch(split: DenseSplit, rows: torch.Tensor, corr: str, negatives: Negatives) -> Batch:
-    phi1 = torch.from_numpy(split.f1)[rows].to(F64)
-    phi2 = torch.from_numpy(split.f2)[rows].to(F64)
-    match = torch.from_numpy(split.match(corr))[rows]
-    return Batch(
-        phi1,
-        phi2,
-        match,
-        negatives.dense.to(F64),
-        phi1.mean(dim=1, keepdim=True),
-        phi2.mean(dim=1, keepdim=True),
-        negatives.pooled.to(F64),
-    )
-
-
-def _branch_losses(W: torch.Tensor, b: Batch, negative_set: str, T: float, lam: float):
-    """(dense, global) per-image losses at W; global is None when lam = 1."""
-    emb = lambda x: x @ W.T  # noqa: E731  (d x p head on the last axis)
-    dense = dense_image.image_losses(emb(b.phi1), emb(b.phi2), emb(b.neg), b.match, negative_set, T)
-    if lam == 1.0:
-        return dense, None
-    zero = torch.zeros(b.phi1.shape[0], 1, dtype=torch.int64)
-    glob = dense_image.image_losses(
-        emb(b.pooled1), emb(b.pooled2), emb(b.pooled_neg), zero, "ext", T
-    )
-    return dense, glob
-
-
-def _objective(W: torch.Tensor, b: Batch, negative_set: str, T: float, lam: float) -> torch.Tensor:
-    dense, glob = _branch_losses(W, b, negative_set, T, lam)
-    return dense_image.combined_loss(dense, glob, lam)
-
-
 def _held_out_ci(values: torch.Tensor) -> float:
     return (
         float(stats.normal_half_width(values.std(), values.shape[0]))
@@ -175,7 +130,7 @@ def _retrieval(W: torch.Tensor, split: DenseSplit, count: int) -> float:
 
 def draw_train(
     config: Config, key: DenseKey, features: DenseFeatures
-) -> tuple[Batch, Negatives, torch.Generator]:
+) -> tuple[dense_objective.Batch, Negatives, torch.Generator]:
     """The cell's n training images and their negatives (or queue), and the cell's generator
     in the state that follows (it goes on to draw the head's start and the held-out negatives).
     The draws are keyed by `draws_id`: the same at every encoder epoch."""
@@ -190,31 +145,7 @@ def draw_train(
     rows = kept[torch.randperm(kept.numel(), generator=gen)[: key.n]]
     shape = (key.m,) if key.regime == "sscrl" else (key.n, key.m)
     neg = pool_draw(features.pool, corr, shape, gen)
-    return _batch(features.train, rows, corr, neg), neg, gen
-
-
-def _fit(
-    train: Batch,
-    negatives: str,
-    lam: float,
-    shape: tuple[int, int],
-    R: float,
-    T: float,
-    head: DenseHead,
-    gen: torch.Generator,
-) -> Solution:
-    """The head W (d x p) in the ball ||W||_F <= R minimising the training objective, by
-    accelerated projected gradient from a random start at half the radius."""
-    start = torch.randn(*shape, generator=gen, dtype=F64)
-    start = start * (0.5 * R / float(start.norm()))
-    value, value_and_grad = autograd(lambda W: _objective(W, train, negatives, T, lam).mean())
-    return apg(
-        value,
-        value_and_grad,
-        lambda W: project_ball(W, R),
-        start,
-        SolverSpec(head.tol, head.max_iter),
-    )
+    return dense_objective.batch(features.train, rows, corr, neg), neg, gen
 
 
 def _mi_losses(
@@ -237,11 +168,11 @@ def _mi_losses(
     if count < 2:
         return None, why
     negatives = pool_disjoint(features.pool, corr, count, m, gen)
-    batch = _batch(features.test, kept[:count], corr, negatives)
-    return _branch_losses(W, batch, "ext", T, 1.0)[0], why
+    held = dense_objective.batch(features.test, kept[:count], corr, negatives)
+    return dense_objective.branch_losses(W, held, "ext", T, 1.0)[0], why
 
 
-def _branches(train: Batch, key: DenseKey) -> list[dense_certify.Branch]:
+def _branches(train: dense_objective.Batch, key: DenseKey) -> list[dense_certify.Branch]:
     """The objective's branches as the bounds take them: the dense one, and with lam < 1 the
     global one (pooled features, one position matched to itself, external negatives)."""
     branches = [
@@ -258,11 +189,16 @@ def _branches(train: Batch, key: DenseKey) -> list[dense_certify.Branch]:
 
 
 def _shared_gaps(
-    W: torch.Tensor, same: Batch, key: DenseKey, T: float, train_loss: float, test_loss: float
+    W: torch.Tensor,
+    same: dense_objective.Batch,
+    key: DenseKey,
+    T: float,
+    train_loss: float,
+    test_loss: float,
 ) -> dict:
     """sscrl: the held-out loss against the training queue itself (test_loss_shared), and the
     gap's outer part (against the same queue) and inner part (a fresh queue against it)."""
-    loss_y = float(_objective(W, same, key.negatives, T, key.lam).mean())
+    loss_y = float(dense_objective.objective(W, same, key.negatives, T, key.lam).mean())
     return {
         "test_loss_shared": loss_y,
         "gap_outer": loss_y - train_loss,
@@ -301,23 +237,25 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     corr, shared = key.correspondence, key.regime == "sscrl"
     train, neg, gen = draw_train(config, key, features)
 
-    solution = _fit(train, key.negatives, lam, (d, features.p), R, T, head, gen)
+    solver = SolverSpec(head.tol, head.max_iter)
+    solution = dense_objective.fit(train, key.negatives, lam, (d, features.p), R, T, solver, gen)
     W = solution.params.detach()
     with torch.no_grad():
-        train_dense, train_glob = _branch_losses(W, train, key.negatives, T, lam)
+        train_dense, train_glob = dense_objective.branch_losses(W, train, key.negatives, T, lam)
         train_terms = dense_image.combined_loss(train_dense, train_glob, lam)
 
         test_kept = torch.from_numpy(features.test.kept(corr))[: ev.test_images]
         fresh = pool_draw(features.pool, corr, (test_kept.numel(), m), gen)
-        test = _batch(features.test, test_kept, corr, fresh)
-        test_terms = _objective(W, test, key.negatives, T, lam)
-        trivial_terms = _objective(torch.zeros_like(W), test, key.negatives, T, lam)
+        test = dense_objective.batch(features.test, test_kept, corr, fresh)
+        test_dense, test_glob = dense_objective.branch_losses(W, test, key.negatives, T, lam)
+        test_terms = dense_image.combined_loss(test_dense, test_glob, lam)
+        trivial_terms = dense_objective.objective(torch.zeros_like(W), test, key.negatives, T, lam)
         train_loss, test_loss = float(train_terms.mean()), float(test_terms.mean())
         gap = test_loss - train_loss
         ci = _held_out_ci(test_terms)
         shared_cols = {"test_loss_shared": None, "gap_outer": None, "gap_inner": None}
         if shared:
-            same = _batch(features.test, test_kept, corr, neg)
+            same = dense_objective.batch(features.test, test_kept, corr, neg)
             shared_cols = _shared_gaps(W, same, key, T, train_loss, test_loss)
         gaps = {"gap": gap, **({"gap_outer": shared_cols["gap_outer"]} if shared else {})}
 
@@ -328,7 +266,30 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     setting = dense_certify.Setting(m, d, R, T, ev.delta)
     bound_cols = dense_certify.bound_columns(branches, shared, setting, gaps, ci)
     bounds_seconds = time.perf_counter() - bounds_started
-    loss_range = bound_cols["loss_range_hi"] - bound_cols["loss_range_lo"]
+    low = bound_cols["loss_range_lo"]
+    loss_range = bound_cols["loss_range_hi"] - low
+    usable = math.isfinite(loss_range) and loss_range > 0
+    scale = rungs.Scale(low, loss_range) if usable else None
+    ladder_started = time.perf_counter()
+    ladder_gen = generator(config.seed, draws_id(config, key), "dense", "ladder")
+    ladder_cols = {
+        **dense_ladder.test_set_columns(test_terms, scale, ev.delta),
+        **dense_ladder.pac_bayes_columns(
+            ev.ladder,
+            train,
+            W,
+            test,
+            key.negatives,
+            lam,
+            R,
+            T,
+            solver,
+            ev.delta,
+            scale,
+            ladder_gen,
+        ),
+    }
+    ladder_seconds = time.perf_counter() - ladder_started
     row = {
         **_key_columns(key, cell_id, d, features),
         "R": R,
@@ -340,7 +301,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         "test_anchors": int(test_kept.numel()),
         "gap": gap,
         "train_dense_loss": float(train_dense.mean()),
-        "test_dense_loss": float(_branch_losses(W, test, key.negatives, T, lam)[0].mean()),
+        "test_dense_loss": float(test_dense.mean()),
         **shared_cols,
         "head": W.flatten().tolist(),  # W (d x p) row-major: the fitted head, to recompute
         "solver": "apg",
@@ -356,6 +317,8 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         "loss_range": loss_range,
         "bounds_seconds": bounds_seconds,
         **signal_columns(trivial_terms, test_terms, gap, ci, loss_range),
+        **ladder_cols,
+        "ladder_seconds": ladder_seconds,
         **dense_certify.mi_columns(mi_losses, m, R, T, ev.delta, why),
         **_probe(W, features, gen),
         "correspondence_top1": _retrieval(W, features.test, ev.test_images),
@@ -363,4 +326,5 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
         "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }
+    row.update(dense_ladder.certified_learning(row))
     return row

@@ -19,6 +19,7 @@ from crl.core.config import Config, SyntheticData
 from crl.kernels import bounds, certified, learner, losses, metrics, rademacher, stats
 from crl.kernels.seeding import derive_seed, generator
 from crl.steps import data
+from crl.steps import ladder as rungs
 from crl.steps.embed import build
 from crl.steps.features import Features, on_unit_sphere
 from crl.steps.keys import CellKey, cell_config, draws_id
@@ -258,7 +259,7 @@ def _ladder(
     ladder_config, ev = config.eval.ladder, config.eval
     gen = generator(config.seed, draws, "ladder")
     width = row["loss_range"]
-    scale = ladder.Scale(row["loss_min"], width) if math.isfinite(width) and width > 0 else None
+    scale = rungs.Scale(row["loss_min"], width) if math.isfinite(width) and width > 0 else None
     search = (held.views, held.sample)
     fresh = None
     if ladder_config is not None and isinstance(source, sampling.ModelPopulation):

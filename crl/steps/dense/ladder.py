@@ -1,0 +1,139 @@
+"""The certificate ladder of a dense cell beside its uniform bounds (Thms D4-D7,
+crl.steps.dense.certify): the test-set certificate, the PAC-Bayes rungs (crl.steps.ladder) with
+`dense.eval.ladder`, and which of them certify that the head learned.
+
+Every rung targets the head's population loss with fresh negatives: the expected combined
+objective of an image of the law (among those with a match under the cell's correspondence)
+with m external negatives drawn i.i.d. from the pool's empirical law (the pool is disjoint from
+the training and held-out images, so conditioning on it is legitimate; docs/theory/dense-bounds.md
+section 2). Losses are scaled to [0, 1] by the loss range of Thm D4 (`loss_range_lo`,
+`loss_range`).
+
+- `cert_test_set`: the held-out images, each with m fresh pool negatives of its own, are i.i.d.
+  given the head and the pool, so L(f) <= lo + width kl^-1(mean, ln(1/delta) / N) at level
+  delta (Langford 2005), in both regimes (an sscrl cell's held-out images too get fresh
+  negatives of their own).
+- `cert_pb_free`, `cert_pb_data`: the units are the training images with their own m negatives,
+  i.i.d. in scrl cells; an sscrl cell's images share one queue (reason `SHARED`). A draw scores
+  a fresh Gibbs head P_R(W) on one image drawn uniformly from the n; the data-dependent prior
+  is fitted by APG (the cell's tolerance, at most `prior_iterations` or the head's `max_iter`
+  iterations) on the first `prior_fraction` of the training images, in the random order they
+  were drawn. `gibbs_test_loss` scores each held-out image by `test_heads` fresh heads of its
+  own.
+- `learning_certified_<rung>` (crl.steps.signal): `rademacher` is train_loss +
+  `best_dense_bound` (which bounds |gap| at level delta in both regimes), the others the
+  certificates above, each against the loss of f = 0.
+
+Every rung draws from a generator of its own: the cell's other columns do not depend on
+whether the ladder runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from crl.core.ladder_config import PacBayesConfig
+from crl.kernels import certificates, pac_bayes
+from crl.kernels.solver import SolverSpec
+from crl.steps import ladder as rungs
+from crl.steps.dense.objective import Batch, fit, objective
+from crl.steps.signal import certified_learning_columns
+
+NOT_REQUESTED = "dense.eval.ladder is not set"
+DRAW_BUDGET = 2**21  # float64 feature values gathered per chunk of draws: 16 MiB
+
+
+def test_set_columns(terms: torch.Tensor, scale: rungs.Scale | None, delta: float) -> dict:
+    """The test-set certificate from the held-out images' losses (module docstring).
+    Shape: terms (N,)."""
+    if scale is None:
+        return {
+            "cert_test_set": None,
+            "cert_test_set_n": None,
+            "cert_test_set_reason": rungs.NO_RANGE,
+        }
+    n = int(terms.shape[0])
+    bound = certificates.held_out_bound(scale.to_unit(float(terms.double().mean())), n, delta)
+    return {"cert_test_set": scale.back(bound), "cert_test_set_n": n, "cert_test_set_reason": None}
+
+
+def _terms(b: Batch, negative_set: str, T: float, lam: float) -> pac_bayes.Terms:
+    """The objective of head k on image rows[k] of `b`, with its own negatives."""
+
+    def terms(heads: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return objective(heads, b.take(rows), negative_set, T, lam)
+
+    return terms
+
+
+def _chunk(b: Batch) -> int:
+    """Draws per chunk: each gathers both views' K positions and m negatives, p values each."""
+    k, p = b.phi1.shape[1], b.phi1.shape[2]
+    return max(1, DRAW_BUDGET // ((2 * k + b.neg.shape[-2] + 3) * p))
+
+
+def pac_bayes_columns(
+    ladder: PacBayesConfig | None,
+    train: Batch,
+    head: torch.Tensor,
+    test: Batch,
+    negative_set: str,
+    lam: float,
+    radius: float,
+    temperature: float,
+    solver: SolverSpec,
+    delta: float,
+    scale: rungs.Scale | None,
+    gen: torch.Generator,
+) -> dict:
+    """Both PAC-Bayes rungs of a dense cell (module docstring); `solver` is the head's fit."""
+    for reason, applies in (
+        (NOT_REQUESTED, ladder is not None),
+        (rungs.SHARED, not train.shared),
+        (rungs.NO_RANGE, scale is not None),
+        (rungs.TOO_FEW, train.n >= 2),
+    ):
+        if not applies:
+            return rungs.not_applied(reason)
+    R, T = radius, temperature
+
+    def on(b: Batch) -> rungs.Draws:
+        terms, chunk = _terms(b, negative_set, T, lam), _chunk(b)
+
+        def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
+            return pac_bayes.unit_draws(mean, sigma, R, b.n, count, terms, chunk, g)
+
+        return draws
+
+    def fit_prior() -> rungs.Prior:
+        count = min(train.n - 1, max(1, round(ladder.prior_fraction * train.n)))
+        cap = ladder.prior_iterations or solver.max_iter
+        prior_spec = SolverSpec(solver.tol, cap)
+        prefix, rest = train.part(0, count), train.part(count, train.n)
+        mean = fit(prefix, negative_set, lam, tuple(head.shape), R, T, prior_spec, gen).params
+        return rungs.Prior(mean.detach(), on(rest), rest.n)
+
+    held_terms, held_chunk = _terms(test, negative_set, T, lam), _chunk(test)
+
+    def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
+        return pac_bayes.unit_means(
+            mean, sigma, R, test.n, ladder.test_heads, held_terms, held_chunk, gen
+        )
+
+    return rungs.pac_bayes_columns(
+        head, train.n, on(train), fit_prior, held_out, R, ladder, delta, scale, gen
+    )
+
+
+def certified_learning(row: dict) -> dict:
+    """`learning_certified_<rung>` of a dense row (module docstring)."""
+    bound = row["best_dense_bound"]
+    return certified_learning_columns(
+        row["trivial_loss"],
+        {
+            "rademacher": None if bound is None else row["train_loss"] + bound,
+            "test_set": row["cert_test_set"],
+            "pb_free": row["cert_pb_free"],
+            "pb_data": row["cert_pb_data"],
+        },
+    )

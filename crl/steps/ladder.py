@@ -1,0 +1,196 @@
+"""The PAC-Bayes rungs of the certificate ladder, as every family takes them (single-modality
+cells: crl.steps.unimodal.ladder; dense cells: crl.steps.dense.ladder): a family supplies its
+i.i.d. units (an anchor's tuple, an image with its negatives), a draw of its losses under fresh
+Gibbs heads, and a fit of the data-dependent prior's mean; this module turns them into the
+certificates and their columns.
+
+Losses are scaled to [0, 1] by the loss's range; every column is back in the loss's own units.
+
+- `cert_pb_free`: Maurer's PAC-Bayes-kl bound (crl.kernels.pac_bayes) for the Gibbs head
+  P_R(W), W ~ N(W_hat, sigma^2 I), prior N(0, sigma^2 I), on the whole training sample.
+- `cert_pb_data`: the same with the prior's mean fitted (by the family's solver) on the first
+  `prior_fraction` of the training units; the bound uses the others (`cert_pb_data_n`). The
+  posterior's mean is the cell's head W_hat, fitted on every unit (the posterior may depend on
+  the whole sample; the prior may not depend on the units its bound uses), rotated onto the
+  prior's mean (orthogonal Procrustes, crl.kernels.pac_bayes.procrustes): every family's scores
+  are inner products of W phi, invariant under W -> Q W, so the rotated head has the same
+  losses, while heads fitted from different starts otherwise sit at unrelated rotations and a
+  KL of the size of the data-free one.
+- Each at level delta: delta/2 for the PAC-Bayes bound, split evenly over the noise grid (a
+  union bound, so the smallest is reported), delta/2 for the Monte Carlo bound on the empirical
+  Gibbs risk from `mc_draws` draws at the chosen scale, each a fresh head scored on one unit
+  drawn uniformly from the sample (i.i.d. with mean exactly the empirical Gibbs risk, one unit
+  per draw whatever n is): the smaller of the kl bound (Langford and Caruana 2002) and the
+  empirical Bernstein bound (Maurer and Pontil 2009), each at delta/4. The scale is chosen on
+  `pilot_draws` draws per scale, whose randomness is independent of the final draws'.
+- Columns per certificate: the bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry),
+  `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs risk), `_mc` (its upper bound),
+  `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent Gibbs head's held-out loss, each
+  held-out unit scored by `test_heads` fresh heads of its own; `cert_pb_free_gibbs_test` the
+  data-free one's. `cert_pb_data_excess_ratio`: (cert_pb_data - gibbs_test_loss) over the
+  excess of a test-set certificate of the same Gibbs head from as many units (`cert_pb_data_n`)
+  at level delta.
+
+A rung that does not apply gives None and its `_reason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from crl.core.ladder_config import PacBayesConfig
+from crl.kernels import certificates, pac_bayes, stats
+
+NOT_REQUESTED = "eval.ladder is not set"
+SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
+NO_RANGE = "the loss has no finite range"
+TOO_FEW = "fewer than two training units: no disjoint prior sample"
+
+_RUNG = ("", "_kl", "_n", "_sigma", "_gibbs_train", "_mc", "_reason")
+PB_COLUMNS = (
+    *(f"cert_pb_{prior}{suffix}" for prior in ("free", "data") for suffix in _RUNG),
+    "cert_pb_free_gibbs_test",
+    "gibbs_test_loss",
+    "gibbs_test_loss_ci",
+    "cert_pb_data_excess_ratio",
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A loss's range: values in [low, low + width] map to [0, 1]."""
+
+    low: float
+    width: float
+
+    def to_unit(self, value: float) -> float:
+        return certificates.scaled(value, self.low, self.width)
+
+    def back(self, value: float) -> float:
+        return certificates.unscaled(value, self.low, self.width)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One PAC-Bayes rung, in [0, 1] units, with the Gibbs head's mean and scale."""
+
+    bound: float
+    kl: float
+    n: int
+    sigma: float
+    gibbs_train: float
+    mc: float
+    mean: torch.Tensor  # (d, p)
+
+
+# (mean (d, p), sigma, count, generator) -> the losses of `count` i.i.d. draws of a Gibbs head
+# scored on a uniformly drawn training unit, (count,) in the loss's units
+Draws = Callable[[torch.Tensor, float, int, torch.Generator], torch.Tensor]
+# (mean (d, p), sigma) -> each held-out unit's loss averaged over fresh Gibbs heads, (N,)
+HeldOut = Callable[[torch.Tensor, float], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The data-dependent prior's mean, fitted on a prefix of the training units, and the draws
+    on the other `n` units its bound uses."""
+
+    mean: torch.Tensor  # (d, p)
+    draws: Draws
+    n: int
+
+
+def certificate(
+    mean: torch.Tensor,
+    prior: torch.Tensor,
+    draws: Draws,
+    n: int,
+    radius: float,
+    ladder: PacBayesConfig,
+    delta: float,
+    scale: Scale,
+    gen: torch.Generator,
+) -> Certificate:
+    """The PAC-Bayes-kl certificate of the Gibbs head P_R(W), W ~ N(mean, sigma^2 I), against
+    the prior N(prior, sigma^2 I), from draws of its losses on n i.i.d. units, at level delta
+    (module docstring)."""
+    level = delta / 2 / len(ladder.noise)
+    sigmas = [pac_bayes.noise_scale(s, radius, mean.numel()) for s in ladder.noise]
+
+    def plug_in(sigma: float) -> float:
+        kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
+        empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen).mean()))
+        return pac_bayes.pac_bayes_kl_bound(empirical, kl, n, level)
+
+    sigma = min(sigmas, key=plug_in)
+    unit = (draws(mean, sigma, ladder.mc_draws, gen) - scale.low) / scale.width  # in [0, 1]
+    gibbs_train = float(unit.mean())
+    mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
+    variance = float(unit.var(correction=1))
+    bernstein = pac_bayes.empirical_bernstein_upper(
+        gibbs_train, variance, ladder.mc_draws, delta / 4
+    )
+    mc = min(mc, bernstein)
+    kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
+    bound = pac_bayes.pac_bayes_kl_bound(mc, kl, n, level)
+    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean)
+
+
+def not_applied(reason: str) -> dict:
+    """Every PAC-Bayes column null, both rungs with `reason`."""
+    out = {name: None for name in PB_COLUMNS}
+    return out | {"cert_pb_free_reason": reason, "cert_pb_data_reason": reason}
+
+
+def rung_columns(prefix: str, cert: Certificate, scale: Scale) -> dict:
+    """One certificate's columns, in the loss's units."""
+    return {
+        prefix: scale.back(cert.bound),
+        f"{prefix}_kl": cert.kl,
+        f"{prefix}_n": cert.n,
+        f"{prefix}_sigma": cert.sigma,
+        f"{prefix}_gibbs_train": scale.back(cert.gibbs_train),
+        f"{prefix}_mc": scale.back(cert.mc),
+        f"{prefix}_reason": None,
+    }
+
+
+def pac_bayes_columns(
+    head: torch.Tensor,
+    n: int,
+    draws: Draws,
+    fit_prior: Callable[[], Prior],
+    held_out: HeldOut,
+    radius: float,
+    ladder: PacBayesConfig,
+    delta: float,
+    scale: Scale,
+    gen: torch.Generator,
+) -> dict:
+    """Both PAC-Bayes rungs of a cell whose n training units are i.i.d., the Gibbs heads'
+    held-out risks and the excess ratio (module docstring). `fit_prior` is called once, after
+    the data-free certificate, and may draw from `gen`."""
+    mean = head.double()
+    free = certificate(mean, torch.zeros_like(mean), draws, n, radius, ladder, delta, scale, gen)
+    prior = fit_prior()
+    prior_mean = prior.mean.double()
+    aligned = pac_bayes.procrustes(mean, prior_mean) @ mean
+    data = certificate(aligned, prior_mean, prior.draws, prior.n, radius, ladder, delta, scale, gen)
+    out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
+    out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
+    per_unit = held_out(data.mean, data.sigma)
+    gibbs_test = float(per_unit.mean())
+    n_test = per_unit.shape[0]
+    test_unit = min(max(scale.to_unit(gibbs_test), 0.0), 1.0)
+    reference = certificates.held_out_bound(test_unit, data.n, delta) - test_unit
+    excess = data.bound - test_unit
+    return out | {
+        "gibbs_test_loss": gibbs_test,
+        "gibbs_test_loss_ci": (
+            float(stats.normal_half_width(per_unit.std(), n_test)) if n_test > 1 else None
+        ),
+        "cert_pb_data_excess_ratio": excess / reference if reference > 0 else None,
+    }
