@@ -18,16 +18,24 @@ A training sample arrives as a `TrainDraw`: blocks of consecutive anchors, each 
 sample) pair whose tuples hold at most BLOCK_ELEMENTS feature values, so a cell of any n streams
 through memory one block at a time. A sample that fits one block is drawn exactly as a whole
 (by the cell's generator); a larger model sample draws block b from its own generator, seeded by
-the cell's generator, and makes the block again, bit for bit, whenever it is needed; a larger
-split sample gathers each block's rows of the split into tables of their own.
+the cell's generator, the first time it is needed and writes its float32 tables to a scratch
+folder (`ScratchBlocks`: n (m + 2) p x 4 bytes of disk, removed with the draw), from which every
+later pass reads it back bit for bit (making a block again costs ten times its loss's
+evaluation); a larger split sample gathers each block's rows of the split into tables of their
+own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from crl.kernels import learner
@@ -95,6 +103,38 @@ class TrainDraw:
 
     def __iter__(self) -> Iterator[Block]:
         return (self[b] for b in range(len(self.sizes)))
+
+
+class ScratchBlocks:
+    """`make` with memory on disk: block b is made the first time it is asked for and its
+    tables are written to a scratch folder of its own (float32 tables, int64 labels, as made);
+    later calls read them back, bit for bit. The folder goes when the object does (or at exit).
+    Only the tables are stored: the block's sample indexes them in order (`_identity`)."""
+
+    TABLES = ("anchor", "positive", "negative", "labels")
+
+    def __init__(self, make: Callable[[int], Block], identity: Callable[[int], learner.Sample]):
+        self._make, self._identity = make, identity
+        self.folder = Path(tempfile.mkdtemp(prefix="crl-sample-"))
+        self._written: set[int] = set()
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
+
+    def _path(self, b: int, table: str) -> Path:
+        return self.folder / f"block-{b}-{table}.npy"
+
+    def __call__(self, b: int) -> Block:
+        if b in self._written:
+            tables = {t: torch.from_numpy(np.load(self._path(b, t))) for t in self.TABLES}
+            return learner.Views(**tables, augmented=True), self._identity(b)
+        views, sample = self._make(b)
+        for table in self.TABLES:
+            np.save(self._path(b, table), getattr(views, table).numpy())
+        self._written.add(b)
+        return views, sample
+
+    def remove(self) -> None:
+        """Delete the scratch folder now."""
+        self._cleanup()
 
 
 def split_anchors(draw: TrainDraw, count: int) -> tuple[TrainDraw, TrainDraw]:
@@ -212,7 +252,8 @@ class ModelPopulation:
             block_gen = torch.Generator().manual_seed(seeds[b])
             return self._tuples(sizes[b], m, shared, block_gen, negative)
 
-        return TrainDraw(FRESH, sizes, m, shared, make)
+        store = ScratchBlocks(make, lambda b: _identity(sizes[b], m, shared))
+        return TrainDraw(FRESH, sizes, m, shared, store)
 
     def held_out(self, n: int, m: int, pool: int, gen: torch.Generator) -> HeldOut:
         views, sample = self._tuples(n, m, False, gen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -12,6 +13,8 @@ from crl.kernels import certified
 from crl.kernels.latent import LatentClassModel
 from crl.steps.features import Normalizer, SplitArrays
 from crl.steps.unimodal import certify, sampling
+
+ScratchTables = sampling.ScratchBlocks.TABLES
 
 
 def _model() -> LatentClassModel:
@@ -141,6 +144,36 @@ def test_model_population_streams_blocks_made_again_bit_for_bit(shared: bool) ->
     assert torch.equal(again[3][0].anchor, first[3][0])
     with pytest.raises(IndexError, match="block 4: the draw has 4 blocks"):
         draw[4]
+
+
+def test_streamed_model_blocks_are_read_back_from_a_scratch_folder_that_goes_with_the_draw() -> (
+    None
+):
+    """The first pass makes each block and writes its tables; later passes read them back (the
+    maker is not called again), equal bit for bit to a fresh draw's blocks; the folder is
+    removed when the draw is dropped."""
+    draw = _population().train(10, 3, False, torch.Generator().manual_seed(2), 3 * 5 * 5)
+    store = draw._make
+    assert isinstance(store, sampling.ScratchBlocks)
+    made = [(b, views.labels.clone()) for b, (views, _) in enumerate(draw)]
+    folder = store.folder
+    assert len(list(folder.glob("block-*.npy"))) == 4 * len(ScratchTables)
+
+    def refuse(b: int) -> None:
+        raise AssertionError(f"block {b} made again")
+
+    store._make = refuse
+    fresh = _population().train(10, 3, False, torch.Generator().manual_seed(2), 3 * 5 * 5)
+    for b, labels in made:
+        views, sample = draw[b]
+        other, other_sample = fresh[b]
+        for table in ScratchTables:
+            assert torch.equal(getattr(views, table), getattr(other, table))
+        assert torch.equal(views.labels, labels) and views.labels.dtype == torch.int64
+        assert torch.equal(sample.negatives, other_sample.negatives)
+    del draw, store
+    gc.collect()
+    assert not folder.exists()
 
 
 def test_a_sample_of_one_block_is_drawn_as_a_whole() -> None:
