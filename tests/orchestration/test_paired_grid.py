@@ -15,6 +15,7 @@ from crl.core import config
 from crl.kernels import score_model
 from crl.kernels.solver import SolverSpec
 from crl.steps.keys import grid_keys
+from crl.steps.paired import ladder as paired_ladder
 from crl.steps.paired import model_cell
 from tests.conftest import crl
 from tests.orchestration.test_bound_grid import write_config
@@ -66,6 +67,10 @@ def test_every_kept_cell_is_written_with_its_exact_columns(paired_run: dict) -> 
     assert infinite["test_loss"].is_infinite().all()  # never a finite stand-in
     # one evaluation set for the whole run: AUC* is the same number in every cell
     assert cells["auc_star"].n_unique() == 1
+    # the exact risk needs no certificate, and no rung applies to unbounded features
+    assert (cells["cert_test_set_reason"] == paired_ladder.EXACT).all()
+    assert (cells["cert_pb_free_reason"] == paired_ladder.UNBOUNDED).all()
+    assert cells["learning_certified_rademacher"].is_null().all()
 
 
 def test_a_cell_recomputed_from_first_principles(paired_run: dict) -> None:

@@ -32,6 +32,7 @@ from crl.kernels.seeding import generator
 from crl.kernels.solver import SolverSpec
 from crl.steps.keys import CellKey
 from crl.steps.paired import model_cell
+from crl.steps.paired.ladder import ladder_columns
 from crl.steps.paired.split_cell import against_pool, bound_columns, paired_range
 from crl.steps.signal import signal_columns
 
@@ -68,7 +69,7 @@ def run_clipped_cell(
     auc = excess_auc(model, paired.clipped, score.M, score.B, T, reference=star)
     q = clipped_mass(model.p, r)
     bounds = bound_columns(sample, key, R, T, ev.delta, train_loss, held)
-    return {
+    row = {
         **model_cell.head(cell_id, key, model.p, R, config),
         "mutual_information": model.mutual_information,
         "clip_radius": r,
@@ -91,6 +92,8 @@ def run_clipped_cell(
             trivial, terms, bounds["gap"], held["test_loss_ci"], paired_range(key.m, R, T)
         ),
         **model_cell.fit_columns(score, solution, R),
-        "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }
+    row.update(ladder_columns(row))
+    row["wall_seconds"] = time.perf_counter() - started
+    return row

@@ -32,6 +32,7 @@ from crl.kernels.latent.clipped import clip_triples, scaled_reference
 from crl.kernels.seeding import generator
 from crl.kernels.solver import Solution, SolverSpec
 from crl.steps.keys import CellKey
+from crl.steps.paired.ladder import ladder_columns
 from crl.steps.signal import exact_signal_columns
 
 BOUNDS_NOTE = "not certified: Gaussian features are unbounded (docs/theory/bounds.md A1 fails)"
@@ -131,7 +132,7 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
     finite = math.isfinite(risk)
     rhs = bounds.calibration_rhs(risk, risk_star, T, clip=True) if finite else math.inf
     z = stats.z_value(0.95)
-    return {
+    row = {
         **head(cell_id, key, model.p, R, config),
         "mutual_information": model.mutual_information,
         "train_loss": train_loss,
@@ -152,6 +153,8 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
         **exact_signal_columns(trivial, risk, None),
         **fit_columns(score, solution, R),
         "bounds_note": BOUNDS_NOTE,
-        "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }
+    row.update(ladder_columns(row))
+    row["wall_seconds"] = time.perf_counter() - started
+    return row

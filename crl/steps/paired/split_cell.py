@@ -31,6 +31,7 @@ from crl.steps import data
 from crl.steps.features import Normalizer
 from crl.steps.keys import CellKey
 from crl.steps.paired import model_cell
+from crl.steps.paired.ladder import ladder_columns
 from crl.steps.signal import signal_columns
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
     pos = score(x, splits.y_test[splits.triple_rows])
     neg = score(x, splits.y_test[splits.triple_negatives])
     auc = float(metrics.retrieval_auc(pos, neg[:, None]))
-    return {
+    row = {
         **model_cell.head(cell_id, key, int(sample.x.shape[1]), R, config),
         "train_loss": train_loss,
         **held,
@@ -179,9 +180,11 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         **bound_columns(sample, key, R, T, delta, train_loss, held),
         **signal_columns(trivial, terms, gap, held["test_loss_ci"], paired_range(key.m, R, T)),
         **model_cell.fit_columns(score, solution, R),
-        "wall_seconds": time.perf_counter() - started,
         "device": "cpu",
     }
+    row.update(ladder_columns(row))
+    row["wall_seconds"] = time.perf_counter() - started
+    return row
 
 
 def paired_range(m: int, R: float, T: float) -> float:

@@ -11,6 +11,7 @@ from crl.kernels import score_model
 from crl.kernels.latent.clipped import clip_pairs, clipped_mass
 from crl.kernels.solver import SolverSpec
 from crl.steps.keys import grid_keys
+from crl.steps.paired import ladder as paired_ladder
 from crl.steps.paired import model_cell
 from crl.steps.paired.clipped_cell import run_clipped_cell
 
@@ -53,6 +54,21 @@ def test_clipped_cells_are_certified_and_their_bounds_hold(rows: list[dict]) -> 
         assert row["learning_gain"] == pytest.approx(-row["test_loss"], rel=1e-12)  # L_pool(0) = 0
     sscrl = next(r for r in rows if r["regime"] == "sscrl")
     assert sscrl["gap_outer"] + sscrl["gap_inner"] == pytest.approx(sscrl["gap"])
+
+
+def test_the_ladder_of_a_clipped_cell_says_which_rungs_apply(rows: list[dict]) -> None:
+    """scrl: L(s) <= train_loss + best_bound is the Rademacher rung; sscrl's bound is on the
+    outer gap only; the pooled held-out terms give no test-set certificate."""
+    for row in rows:
+        assert row["cert_test_set"] is None and row["cert_test_set_reason"] == paired_ladder.POOL
+        assert row["cert_pb_data"] is None
+        assert row["cert_pb_data_reason"] == paired_ladder.NOT_BUILT
+        assert row["learning_certified_pb_free"] is None
+        if row["regime"] == "sscrl":
+            assert row["learning_certified_rademacher"] is None
+        else:
+            certificate = row["train_loss"] + row["best_bound"]
+            assert row["learning_certified_rademacher"] == (certificate < row["trivial_loss"])
 
 
 def test_a_clipped_cell_refits_to_its_train_loss(rows: list[dict]) -> None:
