@@ -52,3 +52,46 @@ def test_the_section_draws_every_group_with_the_ladder(tmp_path: Path) -> None:
         ladder_panel.section(_summary(True).drop("cert_pb_data_mean"), tmp_path, save, html_table)
         == ""
     )
+
+
+def test_the_dense_section_groups_by_objective_and_reads_the_dense_bound(tmp_path: Path) -> None:
+    staging = tmp_path / ".staging"
+    rows = []
+    for negatives in ("own", "ext"):
+        for n in (64, 256):
+            rows.append(
+                {
+                    "regime": "scrl",
+                    "loss": "dense_info_nce",
+                    "negatives": negatives,
+                    "correspondence": "geometric",
+                    "lam": 1.0,
+                    "encoder_epoch": 0,
+                    "m": 4,
+                    "n": n,
+                    "seeds": 2,
+                    "train_loss_mean": 2.0,
+                    "test_loss_mean": 2.1,
+                    "gap_mean": 0.1,
+                    "best_dense_bound_mean": 3.0,
+                    "cert_test_set_mean": 2.5,
+                    "loss_min": 0.5,
+                    "loss_range": 6.0,
+                    "gibbs_test_loss_mean": 2.2,
+                    "cert_pb_data_mean": 2.9,
+                    "cert_pb_free_mean": 3.5,
+                }
+            )
+    summary = pl.DataFrame(rows)
+    got = ladder_panel.rows(summary)
+    assert got["_rademacher"].to_list() == [3.0] * 4
+    html = ladder_panel.section(
+        summary,
+        tmp_path,
+        lambda fig, path: figures.save_png(fig, path, staging),
+        html_table,
+        ladder_panel.DENSE_KEYS,
+        "dense_ladder.png",
+    )
+    assert 'src="dense_ladder.png"' in html and "best_dense_bound_mean" in html
+    assert (tmp_path / "dense_ladder.png").stat().st_size > 10_000

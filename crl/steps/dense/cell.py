@@ -314,6 +314,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
             + ("one queue shared by the images" if shared else "fresh per image (with replacement)")
         ),
         **bound_cols,
+        "loss_min": low,
         "loss_range": loss_range,
         "bounds_seconds": bounds_seconds,
         **signal_columns(trivial_terms, test_terms, gap, ci, loss_range),
