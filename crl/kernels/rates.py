@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 from scipy.optimize import least_squares, nnls
 
 __all__ = [
@@ -214,13 +215,17 @@ def fit_power(m: object, n: object, gap: object) -> PowerFit:
 @dataclass(frozen=True)
 class LogLogSlopes:
     """log y = c + slope_m log m + slope_n log n by least squares (a slope is NaN when its
-    axis has a single value, and that column is left out of the fit)."""
+    axis has a single value, and that column is left out of the fit); `slope_m_ci`,
+    `slope_n_ci`: the slopes' 95% half-widths under the linear model with i.i.d. Gaussian
+    residuals (t quantile at N - k >= 1 degrees of freedom: a fit needs a spare point)."""
 
     coef_c: float
     slope_m: float
     slope_n: float
     r2: float
     n_points: int
+    slope_m_ci: float = math.nan
+    slope_n_ci: float = math.nan
 
 
 def fit_loglog_slopes(m: object, n: object, y: object) -> LogLogSlopes:
@@ -245,10 +250,16 @@ def fit_loglog_slopes(m: object, n: object, y: object) -> LogLogSlopes:
     coef, *_ = np.linalg.lstsq(X, log_y, rcond=None)
     fitted = dict(zip(names, coef, strict=True))
     rss = float(np.sum((log_y - X @ coef) ** 2))
+    dof = log_y.size - X.shape[1]  # >= 1 (above)
+    covariance = rss / dof * np.linalg.inv(X.T @ X)
+    t = float(stats.t.ppf(0.975, dof))
+    half = {name: t * math.sqrt(max(covariance[i, i], 0.0)) for i, name in enumerate(names)}
     return LogLogSlopes(
         float(fitted["c"]),
         float(fitted.get("m", math.nan)),
         float(fitted.get("n", math.nan)),
         _r2(log_y, rss),
         int(log_y.size),
+        float(half.get("m", math.nan)),
+        float(half.get("n", math.nan)),
     )

@@ -121,8 +121,11 @@ PAGE_TABLES: dict[str, tuple[str, str]] = {
         "|---|---|\n"
         "| `slopes` | `shape` in @SLOPES@: "
         r"`log \|y\| = coef_c + slope_m log m + slope_n log n` over the cells' means "
-        "(`slope_*` null when the grid has one value of that axis), `r2`, `points`; the shape "
-        "of each bound next to that of the measured gap |\n"
+        "(`slope_*` null when the grid has one value of that axis), `slope_m_ci`, "
+        "`slope_n_ci` their 95% t half-widths, `r2`, `points`; the shape of each bound next to "
+        "that of the measured gap, and of each certificate's excess over the held-out loss it "
+        "certifies (`cert_test_set - test_loss`, `cert_pb_data - gibbs_test_loss`, "
+        "`cert_pb_free - cert_pb_free_gibbs_test`: @EXCESS@) |\n"
         "| `rate` | `shape` in `scrl` (`c + a/m + b/sqrt n`), `sscrl` (`c + a/sqrt m + b/sqrt "
         "n`), `lei` (`c + a log(m+1)/sqrt n`), `saunshi_k` (`c + a m/sqrt n`): least-squares "
         "fits of `gap_mean` with slopes >= 0: `coef_c`, `coef_a`, `coef_b`, `r2`, `rmse`, "
@@ -275,9 +278,10 @@ def markdown() -> str:
         elif table == "oracle":
             body = ""
         elif table == "fits":
-            from crl.steps.tables import SLOPE_QUANTITIES
+            from crl.steps.tables import EXCESS_QUANTITIES, SLOPE_QUANTITIES
 
             intro = intro.replace("@SLOPES@", _code(SLOPE_QUANTITIES))
+            intro = intro.replace("@EXCESS@", _code(list(EXCESS_QUANTITIES)))
             body = columns_table(known[table])
         elif table == "cells":
             blocks = cell_columns()

@@ -43,6 +43,12 @@ SLOPE_QUANTITIES = [
     "gamma_dense_E",
     "queue_total",
 ]
+# each certificate of the ladder over the held-out loss it certifies: (certificate, held-out)
+EXCESS_QUANTITIES = {
+    "cert_test_set_excess": ("cert_test_set", "test_loss"),
+    "cert_pb_data_excess": ("cert_pb_data", "gibbs_test_loss"),
+    "cert_pb_free_excess": ("cert_pb_free", "cert_pb_free_gibbs_test"),
+}
 FITS_SCHEMA = {
     **{column: pl.String for column in PROVENANCE_COLUMNS},
     "dataset": pl.String,
@@ -67,7 +73,9 @@ FITS_SCHEMA = {
     "plateau": pl.Float64,
     "seeds": pl.Int64,
     "slope_m": pl.Float64,
+    "slope_m_ci": pl.Float64,
     "slope_n": pl.Float64,
+    "slope_n_ci": pl.Float64,
     "r2": pl.Float64,
     "rmse": pl.Float64,
     "points": pl.Int64,
@@ -135,14 +143,28 @@ def summarise(
     )
 
 
+def _slope_values(group: pl.DataFrame) -> dict[str, np.ndarray]:
+    """The seed means whose log-log slopes the fits table gives: |gap| and each bound
+    (SLOPE_QUANTITIES), and each certificate's excess over its held-out loss (EXCESS_QUANTITIES;
+    null where the group's cells have no such certificate). Shape: each (rows,)."""
+    out = {}
+    for quantity in SLOPE_QUANTITIES:
+        if f"{quantity}_mean" in group.columns:  # no bounds (paired Gaussian cells)
+            out[quantity] = group[f"{quantity}_mean"].cast(pl.Float64).abs().to_numpy()
+    for quantity, (certificate, held) in EXCESS_QUANTITIES.items():
+        names = (f"{certificate}_mean", f"{held}_mean")
+        if all(c in group.columns for c in names):
+            excess = group[names[0]].cast(pl.Float64) - group[names[1]].cast(pl.Float64)
+            out[quantity] = excess.fill_null(np.nan).to_numpy()
+    return out
+
+
 def _fit_rows(group: pl.DataFrame) -> list[dict]:
     m = group["m"].to_numpy().astype(np.float64)
     n = group["n"].to_numpy().astype(np.float64)
     rows: list[dict] = []
-    for quantity in SLOPE_QUANTITIES:  # the shape in m and n of the gap and of each bound
-        if f"{quantity}_mean" not in group.columns:  # no bounds (paired Gaussian cells)
-            continue
-        slopes = rates.fit_loglog_slopes(m, n, group[f"{quantity}_mean"].abs().to_numpy())
+    for quantity, values in _slope_values(group).items():  # the gap, each bound, each excess
+        slopes = rates.fit_loglog_slopes(m, n, values)
         if math.isfinite(slopes.coef_c):  # enough points for the axes that vary
             rows.append(
                 {
@@ -150,7 +172,9 @@ def _fit_rows(group: pl.DataFrame) -> list[dict]:
                     "shape": quantity,
                     "coef_c": slopes.coef_c,
                     "slope_m": slopes.slope_m,
+                    "slope_m_ci": slopes.slope_m_ci,
                     "slope_n": slopes.slope_n,
+                    "slope_n_ci": slopes.slope_n_ci,
                     "r2": slopes.r2,
                     "points": slopes.n_points,
                 }

@@ -187,6 +187,7 @@ def test_fits_rows(summary: pl.DataFrame, cells: pl.DataFrame) -> None:
         if "b" not in expected.coefs:
             assert record["coef_b"] is None
 
+    assert all(record["slope_n_ci"] >= 0 for record in slopes.iter_rows(named=True))
     power = fitted.filter(pl.col("kind") == "power").row(0, named=True)
     assert power["shape"] == "c+a*m^-alpha+b*n^-beta" and power["points"] == 6
     assert power["alpha"] == pytest.approx(1.0, abs=1e-4)
@@ -306,3 +307,44 @@ def test_tables_rebuilt_only_when_cells_provenance_or_spec_changed(
     (out / "fits.parquet").unlink()  # a table lost
     assert build(files)
     assert not build(files)
+
+
+def test_slope_intervals_cover_the_true_exponent() -> None:
+    """log y = 1 - 0.5 log n + 0.2 log m + Gaussian noise (sd 0.1) on a 3 x 6 grid: over 400
+    draws the 95% t-intervals of slope_n and slope_m cover their values in 92-98% of them."""
+    rng = np.random.default_rng(0)
+    m, n = (
+        a.ravel().astype(float) for a in np.meshgrid([1, 4, 16], [50, 200, 800, 3200, 12800, 51200])
+    )
+    covered = {"n": 0, "m": 0}
+    for _ in range(400):
+        y = np.exp(1 - 0.5 * np.log(n) + 0.2 * np.log(m) + rng.normal(0, 0.1, size=n.size))
+        fit = rates.fit_loglog_slopes(m, n, y)
+        covered["n"] += abs(fit.slope_n + 0.5) <= fit.slope_n_ci
+        covered["m"] += abs(fit.slope_m - 0.2) <= fit.slope_m_ci
+    assert all(0.92 <= c / 400 <= 0.98 for c in covered.values())
+    few = rates.fit_loglog_slopes([1, 1], [10, 100], [1.0, 0.1])  # a fit needs a spare point
+    assert math.isnan(few.slope_n) and math.isnan(few.slope_n_ci)
+
+
+def test_each_certificate_excess_is_fitted_over_its_own_held_out_loss() -> None:
+    group = pl.DataFrame(
+        {
+            "m": [16, 16, 16, 16],
+            "n": [256, 1024, 4096, 16384],
+            "gap_mean": [0.2, 0.1, 0.05, 0.025],
+            "cert_test_set_mean": [2.4, 2.2, 2.1, 2.05],
+            "test_loss_mean": [2.0, 2.0, 2.0, 2.0],
+            "cert_pb_data_mean": [3.0, None, 2.5, 2.2],
+            "gibbs_test_loss_mean": [2.1, 2.1, 2.1, 2.1],
+        }
+    )
+    values = tables._slope_values(group)
+    assert set(values) == {"gap", "cert_test_set_excess", "cert_pb_data_excess"}
+    assert values["cert_test_set_excess"] == pytest.approx([0.4, 0.2, 0.1, 0.05])
+    assert values["cert_pb_data_excess"][0] == pytest.approx(0.9)
+    assert math.isnan(values["cert_pb_data_excess"][1])
+    slopes = {r["shape"]: r for r in tables._fit_rows(group) if r["kind"] == "slopes"}
+    assert slopes["cert_test_set_excess"]["slope_n"] == pytest.approx(-0.5)
+    assert slopes["cert_pb_data_excess"]["points"] == 3  # the null mean is left out
+    assert slopes["cert_test_set_excess"]["slope_n_ci"] == pytest.approx(0.0, abs=1e-9)
