@@ -17,6 +17,7 @@ from crl.steps import (
     pages,
     pretrain_panel,
     report_page,
+    scaling_panel,
     tracking_panel,
 )
 from crl.steps.atomic import write_bytes_atomic
@@ -44,6 +45,7 @@ def _report_digest(tables: Path) -> str:
         pages,
         pretrain_panel,
         report_page,
+        scaling_panel,
         tracking_panel,
     )
     return digest.digest(tables.glob("*.parquet"), code, _family_sources())

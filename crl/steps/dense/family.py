@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from crl.core.config import Config
-from crl.steps import ladder_panel, pretrain_panel
+from crl.steps import ladder_panel, pretrain_panel, scaling_panel
 from crl.steps.dense import image_data
 from crl.steps.dense import report as dense_report
 from crl.steps.dense.cell import DenseKey, dense_keys, run_dense_cell
@@ -135,13 +135,17 @@ class Dense:
         return row
 
     def report(self, summary: pl.DataFrame, fits: pl.DataFrame, page: Page) -> list[str]:
-        """The reference setting and the pretraining, the certificate ladder, then the dense gap,
-        bounds, MI and downstream panels."""
+        """The reference setting and the pretraining, the certificate ladder, the scaling in n,
+        then the dense gap, bounds, MI and downstream panels."""
         opening, at, at_fits = page.at_reference(summary, fits, pretrain_panel.DENSE)
         ladder = ladder_panel.section(
             at, page.out, page.save, html_table, ladder_panel.DENSE_KEYS, "dense_ladder.png"
         )
-        return [*opening, ladder, dense_report.body(at, at_fits, page.out, page.save, html_table)]
+        scaling = scaling_panel.section(
+            at, page.out, page.save, html_table, ladder_panel.DENSE_KEYS, "dense_scaling.png"
+        )
+        body = dense_report.body(at, at_fits, page.out, page.save, html_table)
+        return [*opening, ladder, scaling, body]
 
 
 FAMILY = Dense()

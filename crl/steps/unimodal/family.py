@@ -17,7 +17,7 @@ from crl.core.config import Config, is_paired
 from crl.core.errors import ConfigError
 from crl.kernels import metrics
 from crl.kernels.seeding import generator
-from crl.steps import data, grid_source, ladder_panel, pretrain_panel
+from crl.steps import data, grid_source, ladder_panel, pretrain_panel, scaling_panel
 from crl.steps.atomic import write_parquet_atomic
 from crl.steps.embed import Embedder, EmbedItem, features_path
 from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork, is_complete, machine_memory
@@ -186,11 +186,15 @@ class Unimodal:
         return row
 
     def report(self, summary: pl.DataFrame, fits: pl.DataFrame, page: Page) -> list[str]:
-        """The reference setting and the pretraining, the certificate ladder, then the gap and
-        the bounds against n and m."""
+        """The reference setting and the pretraining, the certificate ladder, the scaling in n,
+        then the gap and the bounds against n and m."""
         opening, at, at_fits = page.at_reference(summary, fits, pretrain_panel.UNIMODAL)
         ladder = ladder_panel.section(at, page.out, page.save, html_table)
-        return [*opening, ladder, unimodal_report.body(at, at_fits, page.out, page.save)]
+        scaling = scaling_panel.section(
+            at, page.out, page.save, html_table, ladder_panel.UNIMODAL_KEYS, "scaling.png"
+        )
+        body = unimodal_report.body(at, at_fits, page.out, page.save)
+        return [*opening, ladder, scaling, body]
 
 
 FAMILY = Unimodal()
