@@ -192,10 +192,20 @@ def fit(
 def _block_rows(views: Views, sample: Sample) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A block's tuples in float64: anchors, positives (c, p); negatives (m, p) or (c, m, p)."""
     return (
-        views.anchor[sample.anchors].double(),
-        views.positive[sample.positives].double(),
-        views.negative[sample.negatives].double(),
+        _rows(views.anchor, sample.anchors),
+        _rows(views.positive, sample.positives),
+        _rows(views.negative, sample.negatives),
     )
+
+
+def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] in float64, without the gather where index lists every row in order (a
+    block made as its own tables: crl.steps.unimodal.sampling). Shape: (N, p), index (...) ->
+    (..., p)."""
+    flat = index.reshape(-1)
+    if flat.numel() == table.shape[0] and torch.equal(flat, torch.arange(flat.numel())):
+        return table.double().reshape(*index.shape, table.shape[1])
+    return table[index].double()
 
 
 def fit_to_tolerance(
