@@ -19,7 +19,7 @@ sample) pair whose tuples hold at most BLOCK_ELEMENTS feature values, so a cell 
 through memory one block at a time. A sample that fits one block is drawn exactly as a whole
 (by the cell's generator); a larger model sample draws block b from its own generator, seeded by
 the cell's generator, the first time it is needed and writes its float32 tables to a scratch
-folder (`ScratchBlocks`: n (m + 2) p x 4 bytes of disk, removed with the draw), from which every
+file (`ScratchBlocks`: n (m + 2) p x 4 bytes of disk, unlinked from the start), from which every
 later pass reads it back bit for bit (making a block again costs ten times its loss's
 evaluation); a larger split sample gathers each block's rows of the split into tables of their
 own.
@@ -28,12 +28,9 @@ own.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import tempfile
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -107,34 +104,37 @@ class TrainDraw:
 
 class ScratchBlocks:
     """`make` with memory on disk: block b is made the first time it is asked for and its
-    tables are written to a scratch folder of its own (float32 tables, int64 labels, as made);
-    later calls read them back, bit for bit. The folder goes when the object does (or at exit).
-    Only the tables are stored: the block's sample indexes them in order (`_identity`)."""
+    tables (float32 tables, int64 labels, as made) are appended to one scratch file; later calls
+    read them back, bit for bit. The file is unlinked as it is created (`tempfile.TemporaryFile`),
+    so its space goes back when the object or the process goes, however the process ends. Only
+    the tables are stored: the block's sample indexes them in order (`_identity`)."""
 
     TABLES = ("anchor", "positive", "negative", "labels")
 
     def __init__(self, make: Callable[[int], Block], identity: Callable[[int], learner.Sample]):
         self._make, self._identity = make, identity
-        self.folder = Path(tempfile.mkdtemp(prefix="crl-sample-"))
-        self._written: set[int] = set()
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
-
-    def _path(self, b: int, table: str) -> Path:
-        return self.folder / f"block-{b}-{table}.npy"
+        self.file = tempfile.TemporaryFile(prefix="crl-sample-")
+        self._where: dict[int, list[tuple[int, np.dtype, tuple[int, ...]]]] = {}
 
     def __call__(self, b: int) -> Block:
-        if b in self._written:
-            tables = {t: torch.from_numpy(np.load(self._path(b, t))) for t in self.TABLES}
+        if b in self._where:
+            tables = {}
+            for table, (offset, dtype, shape) in zip(self.TABLES, self._where[b], strict=True):
+                self.file.seek(offset)
+                count = int(np.prod(shape))
+                tables[table] = torch.from_numpy(
+                    np.fromfile(self.file, dtype=dtype, count=count).reshape(shape)
+                )
             return learner.Views(**tables, augmented=True), self._identity(b)
         views, sample = self._make(b)
+        self.file.seek(0, 2)  # append
+        where = []
         for table in self.TABLES:
-            np.save(self._path(b, table), getattr(views, table).numpy())
-        self._written.add(b)
+            array = np.ascontiguousarray(getattr(views, table).numpy())
+            where.append((self.file.tell(), array.dtype, array.shape))
+            array.tofile(self.file)
+        self._where[b] = where
         return views, sample
-
-    def remove(self) -> None:
-        """Delete the scratch folder now."""
-        self._cleanup()
 
 
 def split_anchors(draw: TrainDraw, count: int) -> tuple[TrainDraw, TrainDraw]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -146,34 +147,36 @@ def test_model_population_streams_blocks_made_again_bit_for_bit(shared: bool) ->
         draw[4]
 
 
-def test_streamed_model_blocks_are_read_back_from_a_scratch_folder_that_goes_with_the_draw() -> (
-    None
-):
-    """The first pass makes each block and writes its tables; later passes read them back (the
-    maker is not called again), equal bit for bit to a fresh draw's blocks; the folder is
-    removed when the draw is dropped."""
+def test_streamed_model_blocks_are_read_back_from_an_unlinked_scratch_file() -> None:
+    """The first pass makes each block and appends its tables; later passes read them back (the
+    maker is not called again), equal bit for bit to a fresh draw's blocks; the file has no
+    name in the file system, and is closed when the draw is dropped."""
     draw = _population().train(10, 3, False, torch.Generator().manual_seed(2), 3 * 5 * 5)
     store = draw._make
     assert isinstance(store, sampling.ScratchBlocks)
     made = [(b, views.labels.clone()) for b, (views, _) in enumerate(draw)]
-    folder = store.folder
-    assert len(list(folder.glob("block-*.npy"))) == 4 * len(ScratchTables)
+    assert isinstance(store.file.name, int)  # a descriptor, not a path: unlinked at creation
+    assert store.file.seek(0, 2) == sum(
+        sum(getattr(views, t).numel() * getattr(views, t).element_size() for t in ScratchTables)
+        for views, _ in (store._make(b) for b in range(4))
+    )
 
     def refuse(b: int) -> None:
         raise AssertionError(f"block {b} made again")
 
     store._make = refuse
     fresh = _population().train(10, 3, False, torch.Generator().manual_seed(2), 3 * 5 * 5)
-    for b, labels in made:
+    for b, labels in [*made, *made[::-1]]:
         views, sample = draw[b]
         other, other_sample = fresh[b]
         for table in ScratchTables:
             assert torch.equal(getattr(views, table), getattr(other, table))
         assert torch.equal(views.labels, labels) and views.labels.dtype == torch.int64
         assert torch.equal(sample.negatives, other_sample.negatives)
+    scratch = weakref.ref(store.file)
     del draw, store
     gc.collect()
-    assert not folder.exists()
+    assert scratch() is None  # closed and gone with the draw
 
 
 def test_a_sample_of_one_block_is_drawn_as_a_whole() -> None:
