@@ -48,6 +48,7 @@ __all__ = [
     "gibbs_draws",
     "gibbs_heads",
     "procrustes",
+    "tuple_terms",
     "monte_carlo_upper",
     "noise_scale",
     "pac_bayes_kl_bound",
@@ -161,7 +162,7 @@ def gibbs_draws(
                 radius,
                 int(sample.anchors.shape[0]),
                 share,
-                _tuple_terms(views, sample, loss, temperature),
+                tuple_terms(views, sample, loss, temperature),
                 _draw_chunk(sample, views, budget),
                 gen,
             )
@@ -190,7 +191,7 @@ def gibbs_anchor_means(
         radius,
         int(sample.anchors.shape[0]),
         heads,
-        _tuple_terms(views, sample, loss, temperature),
+        tuple_terms(views, sample, loss, temperature),
         _draw_chunk(sample, views, budget),
         gen,
     )
@@ -254,10 +255,11 @@ def _draw_chunk(sample: learner.Sample, views: learner.Views, budget: int) -> in
     return max(1, budget // ((m + 2) * p))
 
 
-def _tuple_terms(
+def tuple_terms(
     views: learner.Views, sample: learner.Sample, loss: str, temperature: float
 ) -> Terms:
-    """The loss of head k on the tuple of anchor rows[k], in float64."""
+    """The loss of head k on the tuple of anchor rows[k] of the sample, in float64
+    (differentiable in the heads)."""
 
     def terms(heads: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         c = rows.shape[0]

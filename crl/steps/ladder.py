@@ -36,6 +36,7 @@ A rung that does not apply gives None and its `_reason`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
 NO_RANGE = "the loss has no finite range"
 TOO_FEW = "fewer than two training units: no disjoint prior sample"
 
-_RUNG = ("", "_kl", "_n", "_sigma", "_gibbs_train", "_mc", "_reason")
+_RUNG = ("", "_kl", "_n", "_sigma", "_prior_sigma", "_gibbs_train", "_mc", "_reason")
 PB_COLUMNS = (
     *(f"cert_pb_{prior}{suffix}" for prior in ("free", "data") for suffix in _RUNG),
     "cert_pb_free_gibbs_test",
@@ -84,6 +85,7 @@ class Certificate:
     gibbs_train: float
     mc: float
     mean: torch.Tensor  # (d, p)
+    prior_sigma: float
 
 
 # (mean (d, p), sigma, count, generator) -> the losses of `count` i.i.d. draws of a Gibbs head
@@ -94,13 +96,67 @@ HeldOut = Callable[[torch.Tensor, float], torch.Tensor]
 
 
 @dataclass(frozen=True)
+class Units:
+    """Differentiable losses on (a part of) the units a bound uses, for the posterior's
+    optimisation: `terms` scores head k on unit rows[k] of `count` units."""
+
+    terms: pac_bayes.Terms
+    count: int
+
+
+@dataclass(frozen=True)
 class Prior:
     """The data-dependent prior's mean, fitted on a prefix of the training units, and the draws
-    on the other `n` units its bound uses."""
+    on the other `n` units its bound uses (`units`: those units for the posterior's
+    optimisation, or None)."""
 
     mean: torch.Tensor  # (d, p)
     draws: Draws
     n: int
+    units: Units | None = None
+
+
+def optimise_posterior(
+    mean: torch.Tensor,
+    prior: torch.Tensor,
+    sigma: float,
+    units: Units,
+    n: int,
+    level: float,
+    radius: float,
+    ladder: PacBayesConfig,
+    scale: Scale,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, float]:
+    """The posterior N(mu, s^2 I) after `posterior_steps` Adam steps from (mean, sigma) on
+    (sqrt(q + c/2) + sqrt(c/2))^2, an upper bound of kl^-1(q, c) (the "quad" bound of Perez-Ortiz
+    et al. 2021), with q the [0, 1] losses of `posterior_batch` heads P_R(mu + s E) each on a
+    uniformly drawn unit (reparameterised) and c = (KL(Q || P) + ln(2 sqrt(n) / level)) / n, P
+    = N(prior, sigma^2 I). The certificate holds for every posterior at once, so choosing one on
+    the bound's own units keeps it valid; its Monte Carlo draws come after. Returns (mu, s)."""
+    k = mean.numel()
+    mu = mean.detach().double().clone().requires_grad_(True)
+    log_s = torch.tensor(math.log(sigma), dtype=torch.float64, requires_grad=True)
+    target = prior.detach().double()
+    log_term = math.log(2.0 * math.sqrt(n) / level)
+    optimiser = torch.optim.Adam([mu, log_s], lr=ladder.posterior_lr)
+    batch = ladder.posterior_batch
+    for _ in range(ladder.posterior_steps):
+        noise = torch.randn((batch, *mean.shape), generator=gen, dtype=torch.float64)
+        heads = mu.unsqueeze(0) + torch.exp(log_s) * noise
+        norms = torch.linalg.vector_norm(heads.flatten(1), dim=1)
+        heads = heads * torch.clamp(radius / norms, max=1.0)[:, None, None]  # P_R
+        rows = torch.randint(0, units.count, (batch,), generator=gen)
+        q = ((units.terms(heads, rows) - scale.low) / scale.width).clamp(0.0, 1.0).mean()
+        ratio = torch.exp(2.0 * log_s) / sigma**2
+        distance = ((mu - target) ** 2).sum() / sigma**2
+        kl = 0.5 * (k * ratio + distance - k - k * torch.log(ratio))
+        c = (kl + log_term) / n
+        objective = (torch.sqrt(q + c / 2) + torch.sqrt(c / 2)) ** 2
+        optimiser.zero_grad(set_to_none=True)
+        objective.backward()
+        optimiser.step()
+    return mu.detach(), float(torch.exp(log_s.detach()))
 
 
 def certificate(
@@ -113,10 +169,12 @@ def certificate(
     delta: float,
     scale: Scale,
     gen: torch.Generator,
+    units: Units | None = None,
 ) -> Certificate:
     """The PAC-Bayes-kl certificate of the Gibbs head P_R(W), W ~ N(mean, sigma^2 I), against
     the prior N(prior, sigma^2 I), from draws of its losses on n i.i.d. units, at level delta
-    (module docstring)."""
+    (module docstring); with `posterior_steps` and `units`, the posterior's mean and scale are
+    then optimised on the bound (`optimise_posterior`) before the Monte Carlo draws."""
     level = delta / 2 / len(ladder.noise)
     sigmas = [pac_bayes.noise_scale(s, radius, mean.numel()) for s in ladder.noise]
 
@@ -125,7 +183,12 @@ def certificate(
         empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen).mean()))
         return pac_bayes.pac_bayes_kl_bound(empirical, kl, n, level)
 
-    sigma = min(sigmas, key=plug_in)
+    prior_sigma = min(sigmas, key=plug_in)
+    sigma = prior_sigma
+    if ladder.posterior_steps > 0 and units is not None:
+        mean, sigma = optimise_posterior(
+            mean, prior, prior_sigma, units, n, level, radius, ladder, scale, gen
+        )
     unit = (draws(mean, sigma, ladder.mc_draws, gen) - scale.low) / scale.width  # in [0, 1]
     gibbs_train = float(unit.mean())
     mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
@@ -134,9 +197,9 @@ def certificate(
         gibbs_train, variance, ladder.mc_draws, delta / 4
     )
     mc = min(mc, bernstein)
-    kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
+    kl = pac_bayes.gaussian_kl(mean, prior, sigma, prior_sigma)
     bound = pac_bayes.pac_bayes_kl_bound(mc, kl, n, level)
-    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean)
+    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean, prior_sigma)
 
 
 def not_applied(reason: str) -> dict:
@@ -152,6 +215,7 @@ def rung_columns(prefix: str, cert: Certificate, scale: Scale) -> dict:
         f"{prefix}_kl": cert.kl,
         f"{prefix}_n": cert.n,
         f"{prefix}_sigma": cert.sigma,
+        f"{prefix}_prior_sigma": cert.prior_sigma,
         f"{prefix}_gibbs_train": scale.back(cert.gibbs_train),
         f"{prefix}_mc": scale.back(cert.mc),
         f"{prefix}_reason": None,
@@ -169,16 +233,21 @@ def pac_bayes_columns(
     delta: float,
     scale: Scale,
     gen: torch.Generator,
+    units: Units | None = None,
 ) -> dict:
     """Both PAC-Bayes rungs of a cell whose n training units are i.i.d., the Gibbs heads'
     held-out risks and the excess ratio (module docstring). `fit_prior` is called once, after
-    the data-free certificate, and may draw from `gen`."""
+    the data-free certificate, and may draw from `gen`; `units` (the sample's, for the
+    data-free rung) and the prior's serve the posterior's optimisation."""
     mean = head.double()
-    free = certificate(mean, torch.zeros_like(mean), draws, n, radius, ladder, delta, scale, gen)
+    zero = torch.zeros_like(mean)
+    free = certificate(mean, zero, draws, n, radius, ladder, delta, scale, gen, units)
     prior = fit_prior()
     prior_mean = prior.mean.double()
     aligned = pac_bayes.procrustes(mean, prior_mean) @ mean
-    data = certificate(aligned, prior_mean, prior.draws, prior.n, radius, ladder, delta, scale, gen)
+    data = certificate(
+        aligned, prior_mean, prior.draws, prior.n, radius, ladder, delta, scale, gen, prior.units
+    )
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)

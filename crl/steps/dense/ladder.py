@@ -111,7 +111,8 @@ def pac_bayes_columns(
         prior_spec = SolverSpec(solver.tol, cap)
         prefix, rest = train.part(0, count), train.part(count, train.n)
         mean = fit(prefix, negative_set, lam, tuple(head.shape), R, T, prior_spec, gen).params
-        return rungs.Prior(mean.detach(), on(rest), rest.n)
+        units = rungs.Units(_terms(rest, negative_set, T, lam), rest.n)
+        return rungs.Prior(mean.detach(), on(rest), rest.n, units)
 
     held_terms, held_chunk = _terms(test, negative_set, T, lam), _chunk(test)
 
@@ -120,8 +121,9 @@ def pac_bayes_columns(
             mean, sigma, R, test.n, ladder.test_heads, held_terms, held_chunk, gen
         )
 
+    units = rungs.Units(_terms(train, negative_set, T, lam), train.n)
     return rungs.pac_bayes_columns(
-        head, train.n, on(train), fit_prior, held_out, R, ladder, delta, scale, gen
+        head, train.n, on(train), fit_prior, held_out, R, ladder, delta, scale, gen, units
     )
 
 

@@ -88,11 +88,17 @@ def pac_bayes_columns(
 
         return draws
 
+    def units(blocks: sampling.TrainDraw) -> rungs.Units:
+        """The sample's first block, for the posterior's optimisation."""
+        views, sample = blocks[0]
+        terms = pac_bayes.tuple_terms(views, sample, key.loss, T)
+        return rungs.Units(terms, int(sample.anchors.shape[0]))
+
     def fit_prior() -> rungs.Prior:
         count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
         prior_draw, rest = sampling.split_anchors(draw, count)
         prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0]
-        return rungs.Prior(prior, on(rest), rest.n)
+        return rungs.Prior(prior, on(rest), rest.n, units(rest))
 
     def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
         return pac_bayes.gibbs_anchor_means(
@@ -100,7 +106,7 @@ def pac_bayes_columns(
         )
 
     return rungs.pac_bayes_columns(
-        weight, draw.n, on(draw), fit_prior, held_out, R, ladder, ev.delta, scale, gen
+        weight, draw.n, on(draw), fit_prior, held_out, R, ladder, ev.delta, scale, gen, units(draw)
     )
 
 
