@@ -1,6 +1,7 @@
 """The certificate ladder's cost on one large cell (not a timed test).
 
-conf/ladder.yaml's scrl InfoNCE cell at T = 0.1, m = 16, seed 0, at each n asked for, is run
+conf/ladder.yaml's scrl InfoNCE cell at T = 0.1 (or `--temperature 1`), m = 16, seed 0, at each
+n asked for (`--posterior-steps K` replaces the ladder's `posterior_steps`), is run
 end to end (`crl.steps.unimodal.cell.run_cell`, as the cells stage runs it) twice, each in a
 fresh interpreter at two torch threads: with the config's `eval.ladder` and without it. Prints
 each run's wall time and peak RSS (VmHWM: the whole process, features included), the ratio of
@@ -9,7 +10,8 @@ Carlo draws, the held-out Gibbs risks, the ascent, the posterior's optimisation)
 in loss units next to the held-out loss. Targets: n = 65536 with the ladder in at most 120 s;
 n = 10^6 in at most 900 s within 2 GiB.
 
-Usage: .venv/bin/python bench/ladder_cell.py [--n 65536 1000000]
+Usage: .venv/bin/python bench/ladder_cell.py [--n 65536 1000000] [--temperature 1]
+       [--posterior-steps 0]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SHOWN = (
     "cert_test_set",
     "gibbs_test_loss",
     "cert_pb_data",
+    "cert_pb_data_kl",
     "cert_pb_free",
     "cert_pb_data_excess_ratio",
 )
@@ -53,7 +56,7 @@ def _timed(owner: object, name: str, seconds: dict[str, float]) -> None:
     setattr(owner, name, wrapper)
 
 
-def measure(n: int, ladder: bool) -> dict:
+def measure(n: int, ladder: bool, temperature: float, posterior_steps: int | None) -> dict:
     """One cell in this process: its wall, peak RSS, the ladder's parts and the rungs."""
     import torch
 
@@ -68,8 +71,11 @@ def measure(n: int, ladder: bool) -> dict:
 
     torch.set_num_threads(2)
     config = load(CONFIG)
-    if not ladder:
-        config = config.model_copy(update={"eval": config.eval.model_copy(update={"ladder": None})})
+    section = config.eval.ladder
+    if posterior_steps is not None:
+        section = section.model_copy(update={"posterior_steps": posterior_steps})
+    section = section if ladder else None
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={"ladder": section})})
     seconds: dict[str, float] = {}
     for owner, name in (
         (rungs, "fit_head"),
@@ -89,7 +95,8 @@ def measure(n: int, ladder: bool) -> dict:
     key = next(
         k
         for k in grid_keys(config)
-        if (k.regime, k.loss, k.m, k.seed, k.temperature) == ("scrl", "info_nce", 16, 0, 0.1)
+        if (k.regime, k.loss, k.m, k.seed, k.temperature)
+        == ("scrl", "info_nce", 16, 0, temperature)
     )
     started = time.perf_counter()
     row = cell.run_cell(config, dataclasses.replace(key, n=n), features, tau)
@@ -107,13 +114,22 @@ def main() -> int:
     parser.add_argument("--n", type=int, nargs="+", default=[65536])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ladder", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--temperature", type=float, default=0.1, choices=[0.1, 1.0])
+    parser.add_argument(
+        "--posterior-steps", type=int, default=None, help="eval.ladder.posterior_steps"
+    )
     args = parser.parse_args()
+    steps = args.posterior_steps
     if args.child:
-        print(json.dumps(measure(args.n[0], bool(args.ladder))))
+        print(json.dumps(measure(args.n[0], bool(args.ladder), args.temperature, steps)))
         return 0
     rows, details = [], []
+    extra = ["--temperature", str(args.temperature)]
+    extra += [] if steps is None else ["--posterior-steps", str(steps)]
     for n in args.n:
-        runs = {on: child(__file__, "--n", str(n), "--ladder", str(int(on))) for on in (0, 1)}
+        runs = {
+            on: child(__file__, "--n", str(n), "--ladder", str(int(on)), *extra) for on in (0, 1)
+        }
         failed = [run["error"] for run in runs.values() if "error" in run]
         if failed:
             print(f"n = {n}: {failed}")
