@@ -16,6 +16,11 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
   are inner products of W phi, invariant under W -> Q W, so the rotated head has the same
   losses, while heads fitted from different starts otherwise sit at unrelated rotations and a
   KL of the size of the data-free one.
+- The posterior: with `posterior_steps` (`optimise_posterior`), after the prior's scale is
+  chosen, Adam moves the Gibbs head's mean and scale (`_sigma`; the prior's is `_prior_sigma`)
+  to lower a smooth upper bound of the certificate on reparameterised draws from the bound's
+  own units (PAC-Bayes-by-backprop; the bound holds for every posterior at once); without, the
+  posterior is the head above at the prior's scale.
 - Each at level delta: delta/2 for the PAC-Bayes bound, split evenly over the noise grid (a
   union bound, so the smallest is reported), delta/2 for the Monte Carlo bound on the empirical
   Gibbs risk from `mc_draws` draws at the chosen scale, each a fresh head scored on one unit
