@@ -148,6 +148,7 @@ class Config(Run):
         "dataset.clip",
         "eval.oracle_anchors",
         "eval.ladder",
+        "dense.eval.ladder",
         "inputs",
         "families",
     )
