@@ -131,6 +131,8 @@ def section(
     return f"""<h2>Scaling in n: the gap, the bounds and the certificates' excess</h2>
 <p>Log-log against n, means over seeds: the held-out |gap|, the best Rademacher bound on it, and
 each certificate's excess over the held-out loss it certifies; each line's exponent in n with
-its 95% interval (the sources' rates are n^-1/2). The fits table's <code>slopes</code> rows give
-the same exponents fitted over a setting's whole (m, n) grid.</p>
+its 95% interval (the sources' rates are n^-1/2). The test-set certificate's excess is set by
+the held-out tuples (<code>cert_test_set_n</code>), not by n: flat. A |gap| within its noise of 0
+gives an exponent with a wide interval. The fits table's <code>slopes</code> rows give the same
+exponents fitted over a setting's whole (m, n) grid.</p>
 <img src="{image}">{html_table(table, limit=200)}"""
