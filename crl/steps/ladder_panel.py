@@ -57,8 +57,14 @@ def rows(summary: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(rademacher.cast(pl.Float64).alias("_rademacher"))
 
 
-def _title(key: dict) -> str:
-    return " / ".join(f"{v}" if k in ("regime", "loss") else f"{k} {v}" for k, v in key.items())
+SHORT = {"lam": "lam", "encoder_epoch": "epoch", "m": "m"}  # the others: their value alone
+
+
+def title(key: dict) -> str:
+    """A panel's title from its group's key: "scrl / ext / geometric / lam 1 / epoch 3 / m 4"
+    (a null key, as the encoder epoch without a pretraining, left out)."""
+    parts = (f"{SHORT[k]} {v:g}" if k in SHORT else f"{v}" for k, v in key.items() if v is not None)
+    return " / ".join(parts)
 
 
 def plot(
@@ -85,7 +91,7 @@ def plot(
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="(loss - loss_min) / loss range")
         ax.set_xticks(group["n"].to_list(), [str(n) for n in group["n"].to_list()])
         ax.minorticks_off()
-        ax.set_title(_title(dict(zip(by, values_of_key, strict=True))), fontsize=8)
+        ax.set_title(title(dict(zip(by, values_of_key, strict=True))), fontsize=8)
     if groups:
         axes[0].legend(fontsize=6)
     save(fig, path)

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from crl.kernels import rates  # noqa: E402
+from crl.steps import ladder_panel  # noqa: E402
 from crl.steps.figures import panels  # noqa: E402
 
 Save = Callable[[plt.Figure, Path], None]
@@ -95,10 +96,6 @@ def _groups(summary: pl.DataFrame, keys: tuple[str, ...]) -> list[tuple[dict, li
     return found[:MAX_PANELS]
 
 
-def _title(key: dict) -> str:
-    return " / ".join(f"{v}" if k in ("regime", "loss") else f"{k} {v}" for k, v in key.items())
-
-
 def section(
     summary: pl.DataFrame,
     out: Path,
@@ -124,7 +121,7 @@ def section(
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss units")
         ax.set_xticks(sizes, [f"{s:g}" for s in sizes])
         ax.minorticks_off()
-        ax.set_title(_title(key), fontsize=8)
+        ax.set_title(ladder_panel.title(key), fontsize=8)
         ax.legend(fontsize=5)
     save(fig, out / image)
     table = pl.DataFrame(rows)
