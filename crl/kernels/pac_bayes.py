@@ -154,19 +154,8 @@ def gibbs_draws(
     for b, share in enumerate(shares):
         if share == 0:
             continue
-        views, sample = blocks[b]
-        out.append(
-            unit_draws(
-                mean,
-                sigma,
-                radius,
-                int(sample.anchors.shape[0]),
-                share,
-                tuple_terms(views, sample, loss, temperature),
-                _draw_chunk(sample, views, budget),
-                gen,
-            )
-        )
+        units, terms, chunk = _block_units(blocks[b], loss, temperature, budget)
+        out.append(unit_draws(mean, sigma, radius, units, share, terms, chunk, gen))
     return torch.cat(out)
 
 
@@ -184,17 +173,8 @@ def gibbs_anchor_means(
 ) -> torch.Tensor:
     """Each anchor's loss averaged over `heads` Gibbs heads P_R(mean + sigma E) of its own.
     Shape: mean (d, p) -> (anchors,) float64."""
-    views, sample = block
-    return unit_means(
-        mean,
-        sigma,
-        radius,
-        int(sample.anchors.shape[0]),
-        heads,
-        tuple_terms(views, sample, loss, temperature),
-        _draw_chunk(sample, views, budget),
-        gen,
-    )
+    units, terms, chunk = _block_units(block, loss, temperature, budget)
+    return unit_means(mean, sigma, radius, units, heads, terms, chunk, gen)
 
 
 # (heads (c, d, p), units (c,)) -> the loss of head k on unit units[k], (c,) float64
@@ -247,6 +227,15 @@ def unit_means(
         drawn = gibbs_heads(mean, sigma, radius, rows.shape[0], gen)
         out.append(terms(drawn, rows).reshape(-1, heads).mean(1))
     return torch.cat(out)
+
+
+def _block_units(
+    block: tuple[learner.Views, learner.Sample], loss: str, temperature: float, budget: int
+) -> tuple[int, Terms, int]:
+    """A block's anchors as units: their count, their tuples' loss and the draws per chunk."""
+    views, sample = block
+    terms = tuple_terms(views, sample, loss, temperature)
+    return int(sample.anchors.shape[0]), terms, _draw_chunk(sample, views, budget)
 
 
 def _draw_chunk(sample: learner.Sample, views: learner.Views, budget: int) -> int:

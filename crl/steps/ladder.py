@@ -80,6 +80,17 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class Setting:
+    """What a cell's rungs share: the ball's radius R, the ladder's section, the level delta and
+    the loss's range."""
+
+    radius: float
+    ladder: PacBayesConfig
+    delta: float
+    scale: Scale
+
+
+@dataclass(frozen=True)
 class Certificate:
     """One PAC-Bayes rung, in [0, 1] units, with the Gibbs head's mean and scale."""
 
@@ -128,9 +139,7 @@ def optimise_posterior(
     units: Units,
     n: int,
     level: float,
-    radius: float,
-    ladder: PacBayesConfig,
-    scale: Scale,
+    setting: Setting,
     gen: torch.Generator,
 ) -> tuple[torch.Tensor, float]:
     """The posterior N(mu, s^2 I) after `posterior_steps` Adam steps from (mean, sigma) on
@@ -139,6 +148,7 @@ def optimise_posterior(
     uniformly drawn unit (reparameterised) and c = (KL(Q || P) + ln(2 sqrt(n) / level)) / n, P
     = N(prior, sigma^2 I). The certificate holds for every posterior at once, so choosing one on
     the bound's own units keeps it valid; its Monte Carlo draws come after. Returns (mu, s)."""
+    ladder, scale, radius = setting.ladder, setting.scale, setting.radius
     k = mean.numel()
     mu = mean.detach().double().clone().requires_grad_(True)
     log_s = torch.tensor(math.log(sigma), dtype=torch.float64, requires_grad=True)
@@ -169,10 +179,7 @@ def certificate(
     prior: torch.Tensor,
     draws: Draws,
     n: int,
-    radius: float,
-    ladder: PacBayesConfig,
-    delta: float,
-    scale: Scale,
+    setting: Setting,
     gen: torch.Generator,
     units: Units | None = None,
 ) -> Certificate:
@@ -180,8 +187,9 @@ def certificate(
     the prior N(prior, sigma^2 I), from draws of its losses on n i.i.d. units, at level delta
     (module docstring); with `posterior_steps` and `units`, the posterior's mean and scale are
     then optimised on the bound (`optimise_posterior`) before the Monte Carlo draws."""
+    ladder, delta, scale = setting.ladder, setting.delta, setting.scale
     level = delta / 2 / len(ladder.noise)
-    sigmas = [pac_bayes.noise_scale(s, radius, mean.numel()) for s in ladder.noise]
+    sigmas = [pac_bayes.noise_scale(s, setting.radius, mean.numel()) for s in ladder.noise]
 
     def plug_in(sigma: float) -> float:
         kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
@@ -191,9 +199,7 @@ def certificate(
     prior_sigma = min(sigmas, key=plug_in)
     sigma = prior_sigma
     if ladder.posterior_steps > 0 and units is not None:
-        mean, sigma = optimise_posterior(
-            mean, prior, prior_sigma, units, n, level, radius, ladder, scale, gen
-        )
+        mean, sigma = optimise_posterior(mean, prior, prior_sigma, units, n, level, setting, gen)
     unit = (draws(mean, sigma, ladder.mc_draws, gen) - scale.low) / scale.width  # in [0, 1]
     gibbs_train = float(unit.mean())
     mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
@@ -233,10 +239,7 @@ def pac_bayes_columns(
     draws: Draws,
     fit_prior: Callable[[], Prior],
     held_out: HeldOut,
-    radius: float,
-    ladder: PacBayesConfig,
-    delta: float,
-    scale: Scale,
+    setting: Setting,
     gen: torch.Generator,
     units: Units | None = None,
 ) -> dict:
@@ -246,13 +249,12 @@ def pac_bayes_columns(
     data-free rung) and the prior's serve the posterior's optimisation."""
     mean = head.double()
     zero = torch.zeros_like(mean)
-    free = certificate(mean, zero, draws, n, radius, ladder, delta, scale, gen, units)
+    free = certificate(mean, zero, draws, n, setting, gen, units)
     prior = fit_prior()
     prior_mean = prior.mean.double()
     aligned = pac_bayes.procrustes(mean, prior_mean) @ mean
-    data = certificate(
-        aligned, prior_mean, prior.draws, prior.n, radius, ladder, delta, scale, gen, prior.units
-    )
+    data = certificate(aligned, prior_mean, prior.draws, prior.n, setting, gen, prior.units)
+    scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)

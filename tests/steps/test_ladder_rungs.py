@@ -84,27 +84,12 @@ def test_pac_bayes_certificates_cover_the_true_gibbs_risk() -> None:
         z = rng.uniform(size=n)
         mean = torch.tensor([[norm.ppf(np.quantile(z, 0.1))]], dtype=torch.float64)
         prior = torch.tensor([[norm.ppf(np.quantile(z[: n // 2], 0.1))]], dtype=torch.float64)
+        setting = ladder.Setting(radius, cfg, delta, scale)
         free = ladder.certificate(
-            mean,
-            torch.zeros_like(mean),
-            _threshold_draws(z, radius),
-            n,
-            radius,
-            cfg,
-            delta,
-            scale,
-            gen,
+            mean, torch.zeros_like(mean), _threshold_draws(z, radius), n, setting, gen
         )
         data = ladder.certificate(
-            mean,
-            prior,
-            _threshold_draws(z[n // 2 :], radius),
-            n - n // 2,
-            radius,
-            cfg,
-            delta,
-            scale,
-            gen,
+            mean, prior, _threshold_draws(z[n // 2 :], radius), n - n // 2, setting, gen
         )
         for name, cert in (("free", free), ("data", data)):
             truth = norm.cdf(float(mean) / math.sqrt(1 + cert.sigma**2))
@@ -157,11 +142,12 @@ def test_a_posterior_optimised_on_the_bound_still_covers_and_is_tighter() -> Non
         draws = _smooth_draws(units, radius)
         head = torch.tensor([[-1.0]], dtype=torch.float64)
         prior = torch.tensor([[-0.6]], dtype=torch.float64)
-        args = (head, prior, draws, n, radius)
+        args = (head, prior, draws, n)
         # the same pilot draws: the same prior scale
-        before = ladder.certificate(*args, plain, delta, scale, torch.Generator().manual_seed(rep))
+        plain_setting = ladder.Setting(radius, plain, delta, scale)
+        before = ladder.certificate(*args, plain_setting, torch.Generator().manual_seed(rep))
         gen = torch.Generator().manual_seed(rep)
-        after = ladder.certificate(*args, tuned, delta, scale, gen, units)
+        after = ladder.certificate(*args, ladder.Setting(radius, tuned, delta, scale), gen, units)
         truth = norm.cdf(float(after.mean) / math.sqrt(1 + width**2 + after.sigma**2))
         assert after.bound >= after.mc >= after.gibbs_train >= 0.0
         assert after.prior_sigma == before.prior_sigma  # the prior's scale is chosen first

@@ -122,8 +122,9 @@ def pac_bayes_columns(
         )
 
     units = rungs.Units(_terms(train, negative_set, T, lam), train.n)
+    setting = rungs.Setting(R, ladder, delta, scale)
     return rungs.pac_bayes_columns(
-        head, train.n, on(train), fit_prior, held_out, R, ladder, delta, scale, gen, units
+        head, train.n, on(train), fit_prior, held_out, setting, gen, units
     )
 
 

@@ -105,8 +105,9 @@ def pac_bayes_columns(
             mean, sigma, R, held, ladder.test_heads, key.loss, T, gen
         )
 
+    setting = rungs.Setting(R, ladder, ev.delta, scale)
     return rungs.pac_bayes_columns(
-        weight, draw.n, on(draw), fit_prior, held_out, R, ladder, ev.delta, scale, gen, units(draw)
+        weight, draw.n, on(draw), fit_prior, held_out, setting, gen, units(draw)
     )
 
 
