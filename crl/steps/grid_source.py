@@ -28,12 +28,14 @@ def shard_work(config: Config, paths: RunPaths) -> MapWork:
 
 
 def check_sizes(config: Config) -> None:
-    """n within the train split (what pretraining leaves of it), a test split, no empty shard,
-    a pretraining batch within the pretraining split."""
+    """n within the train split (what pretraining leaves of it) where the cells draw from it
+    (synthetic cells draw fresh points of the law: any n), a test split, no empty shard, a
+    pretraining batch within the pretraining split."""
     pretrain = config.encoder.pretrain
     fraction = pretrain_fraction(config)
     sizes = data.split_sizes(config.dataset, fraction)
-    if max(config.grid.n) > sizes["train"]:
+    from_split = config.dataset.kind != "synthetic"
+    if from_split and max(config.grid.n) > sizes["train"]:
         left = " after encoder.pretrain.fraction" if pretrain is not None else ""
         raise ConfigError(
             f"config field grid.n: n={max(config.grid.n)} is larger than the train split "

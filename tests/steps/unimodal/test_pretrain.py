@@ -16,10 +16,11 @@ from crl.core.config import Config
 from crl.core.errors import ConfigError
 from crl.core.pretrain_config import PretrainConfig
 from crl.kernels.encoders import SmallCNN
-from crl.steps import data, pretrain
+from crl.steps import data, grid_source, pretrain
 from crl.steps.embed import Embedder, EmbedItem, features_dir_of
 from crl.steps.runfolder import prepare
 from crl.steps.unimodal.pretrain_task import EncoderTask, load_encoder
+from tests.steps import helpers
 from tests.steps.helpers import Dies
 
 PRETRAIN = {"objective": "nt_xent", "epochs": 3, "fraction": 0.2, "batch": 16}
@@ -182,3 +183,14 @@ def test_each_checkpoint_is_embedded_into_its_own_folder(tmp_path: Path) -> None
     assert epoch0.equals(pq.read_table(frozen(shard)))  # epoch 0: the frozen random encoder
     assert not epoch0.column("x").equals(pq.read_table(written[1]).column("x"))
     assert epoch0.column_names == ["id", "label", "x", "view_a", "view_b"]
+
+
+def test_synthetic_cells_draw_fresh_points_so_n_may_exceed_the_train_split() -> None:
+    """The splits of synthetic data serve the normalisation and the probes; a cell's anchors
+    are fresh draws of the law, so n above the train split is no error (split data: above)."""
+    tree = helpers.tree(grid={"n": [500]})  # train_size 60
+    grid_source.check_sizes(Config.model_validate(tree))
+    digits = _config().model_dump(exclude_unset=True)
+    digits["grid"]["n"] = [5000]
+    with pytest.raises(ConfigError, match=r"grid.n: n=5000 is larger than the train split"):
+        grid_source.check_sizes(Config.model_validate(digits))
