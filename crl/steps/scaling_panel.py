@@ -119,7 +119,7 @@ def section(
             rows[-1]["points"] = line["points"]
         sizes = sorted({int(v) for line in drawn for v in line["n"]})
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss units")
-        ax.set_xticks(sizes, [f"{s:g}" for s in sizes])
+        ax.set_xticks(sizes, [f"{s:g}" for s in sizes], rotation=45 if len(sizes) > 4 else 0)
         ax.minorticks_off()
         ax.set_title(ladder_panel.title(key), fontsize=8)
         ax.legend(fontsize=5)
