@@ -1,7 +1,8 @@
 """The certificate ladder's cost on one large cell (not a timed test).
 
-conf/ladder.yaml's scrl InfoNCE cell at T = 0.1 (or `--temperature 1`), m = 16, seed 0, at each
-n asked for (`--posterior-steps K` replaces the ladder's `posterior_steps`), is run
+conf/ladder.yaml's (or `--config`'s) scrl InfoNCE cell at T = 0.1 (or `--temperature 1`; a config
+without a temperature axis has one), m = 16, seed 0, at each n asked for (`--posterior-steps K`
+replaces the ladder's `posterior_steps`), is run
 end to end (`crl.steps.unimodal.cell.run_cell`, as the cells stage runs it) twice, each in a
 fresh interpreter at two torch threads: with the config's `eval.ladder` and without it. Prints
 each run's wall time and peak RSS (VmHWM: the whole process, features included), the ratio of
@@ -11,7 +12,7 @@ in loss units next to the held-out loss. Targets: n = 65536 with the ladder in a
 n = 10^6 in at most 900 s within 2 GiB.
 
 Usage: .venv/bin/python bench/ladder_cell.py [--n 65536 1000000] [--temperature 1]
-       [--posterior-steps 0]
+       [--posterior-steps 0] [--config conf/scaling.yaml]
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def _timed(owner: object, name: str, seconds: dict[str, float]) -> None:
     setattr(owner, name, wrapper)
 
 
-def measure(n: int, ladder: bool, temperature: float, posterior_steps: int | None) -> dict:
+def measure(
+    n: int, ladder: bool, temperature: float, posterior_steps: int | None, path: Path
+) -> dict:
     """One cell in this process: its wall, peak RSS, the ladder's parts and the rungs."""
     import torch
 
@@ -70,7 +73,7 @@ def measure(n: int, ladder: bool, temperature: float, posterior_steps: int | Non
     from crl.steps.unimodal import ladder as rungs
 
     torch.set_num_threads(2)
-    config = load(CONFIG)
+    config = load(path)
     section = config.eval.ladder
     if posterior_steps is not None:
         section = section.model_copy(update={"posterior_steps": posterior_steps})
@@ -95,8 +98,8 @@ def measure(n: int, ladder: bool, temperature: float, posterior_steps: int | Non
     key = next(
         k
         for k in grid_keys(config)
-        if (k.regime, k.loss, k.m, k.seed, k.temperature)
-        == ("scrl", "info_nce", 16, 0, temperature)
+        if (k.regime, k.loss, k.m, k.seed) == ("scrl", "info_nce", 16, 0)
+        and k.temperature in (None, temperature)
     )
     started = time.perf_counter()
     row = cell.run_cell(config, dataclasses.replace(key, n=n), features, tau)
@@ -115,16 +118,18 @@ def main() -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ladder", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--temperature", type=float, default=0.1, choices=[0.1, 1.0])
+    parser.add_argument("--config", type=Path, default=CONFIG, help="a config with that cell")
     parser.add_argument(
         "--posterior-steps", type=int, default=None, help="eval.ladder.posterior_steps"
     )
     args = parser.parse_args()
     steps = args.posterior_steps
     if args.child:
-        print(json.dumps(measure(args.n[0], bool(args.ladder), args.temperature, steps)))
+        cell = (args.temperature, steps, args.config)
+        print(json.dumps(measure(args.n[0], bool(args.ladder), *cell)))
         return 0
     rows, details = [], []
-    extra = ["--temperature", str(args.temperature)]
+    extra = ["--temperature", str(args.temperature), "--config", str(args.config)]
     extra += [] if steps is None else ["--posterior-steps", str(steps)]
     for n in args.n:
         runs = {
