@@ -88,8 +88,10 @@ def pac_bayes_columns(
 
         return draws
 
-    def units(blocks: sampling.TrainDraw) -> rungs.Units:
-        """The sample's first block, for the posterior's optimisation."""
+    def units(blocks: sampling.TrainDraw) -> rungs.Units | None:
+        """The sample's first block, for the posterior's optimisation (None without one)."""
+        if ladder.posterior_steps == 0:
+            return None
         views, sample = blocks[0]
         terms = pac_bayes.tuple_terms(views, sample, key.loss, T)
         return rungs.Units(terms, int(sample.anchors.shape[0]))
