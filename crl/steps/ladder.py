@@ -72,6 +72,11 @@ class Scale:
     low: float
     width: float
 
+    @classmethod
+    def of(cls, low: float, width: float) -> Scale | None:
+        """The range [low, low + width], or None where the loss has no finite, positive one."""
+        return cls(low, width) if math.isfinite(width) and width > 0 else None
+
     def to_unit(self, value: float) -> float:
         return certificates.scaled(value, self.low, self.width)
 

@@ -268,8 +268,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     bounds_seconds = time.perf_counter() - bounds_started
     low = bound_cols["loss_range_lo"]
     loss_range = bound_cols["loss_range_hi"] - low
-    usable = math.isfinite(loss_range) and loss_range > 0
-    scale = rungs.Scale(low, loss_range) if usable else None
+    scale = rungs.Scale.of(low, loss_range)
     ladder_started = time.perf_counter()
     ladder_gen = generator(config.seed, draws_id(config, key), "dense", "ladder")
     ladder_cols = {

@@ -259,7 +259,7 @@ def _ladder(
     ladder_config, ev = config.eval.ladder, config.eval
     gen = generator(config.seed, draws, "ladder")
     width = row["loss_range"]
-    scale = rungs.Scale(row["loss_min"], width) if math.isfinite(width) and width > 0 else None
+    scale = rungs.Scale.of(row["loss_min"], width)
     search = (held.views, held.sample)
     fresh = None
     if ladder_config is not None and isinstance(source, sampling.ModelPopulation):
