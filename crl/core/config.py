@@ -254,11 +254,11 @@ class Config(Run):
         return "shift" if self.encoder.kind == "small_cnn" else "mask"
 
     @model_validator(mode="after")
-    def _ladder_single_modality(self) -> Config:
-        if self.eval.ladder is not None and (self.grid is None or is_paired(self.dataset)):
+    def _ladder_on_grid_cells(self) -> Config:
+        if self.eval.ladder is not None and self.grid is None:
             raise ValueError(
-                "eval.ladder: the PAC-Bayes and uniform-deviation rungs are built for "
-                "single-modality grid cells only"
+                "eval.ladder: the PAC-Bayes and uniform-deviation rungs are built for grid "
+                "cells only (this config has no grid)"
             )
         return self
 

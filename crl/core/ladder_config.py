@@ -1,7 +1,8 @@
 """The certificate ladder's sections beyond the test-set certificate: `eval.ladder` for
 single-modality cells (crl.steps.unimodal.ladder: PAC-Bayes-kl certificates with a data-free
-and a data-dependent prior, and the uniform deviation estimate) and `dense.eval.ladder` for
-dense cells (crl.steps.dense.ladder: the PAC-Bayes rungs)."""
+and a data-dependent prior, and the uniform deviation estimate) and paired cells
+(crl.steps.paired.ladder: the PAC-Bayes rungs), and `dense.eval.ladder` for dense cells
+(crl.steps.dense.ladder: the PAC-Bayes rungs)."""
 
 from __future__ import annotations
 
@@ -49,11 +50,11 @@ class PacBayesConfig(Strict):
 
 
 class LadderConfig(PacBayesConfig):
-    """`eval.ladder`, the single-modality cells' ladder: the PAC-Bayes rungs
-    (`PacBayesConfig`) and the uniform deviation estimate: `ascent_starts` projected gradient
-    ascents of Lhat_test(W) - Lhat_train(W) over the ball (0: no uniform deviation estimate),
-    each at most `ascent_iterations` iterations, against the first `ascent_anchors` training
-    anchors (the estimate itself uses all of them)."""
+    """`eval.ladder`, the ladder of single-modality and paired grid cells: the PAC-Bayes rungs
+    (`PacBayesConfig`) and, for single-modality cells, the uniform deviation estimate:
+    `ascent_starts` projected gradient ascents of Lhat_test(W) - Lhat_train(W) over the ball
+    (0: no uniform deviation estimate), each at most `ascent_iterations` iterations, against
+    the first `ascent_anchors` training anchors (the estimate itself uses all of them)."""
 
     ascent_starts: int = Field(4, ge=0)
     ascent_iterations: int = Field(100, ge=1)

@@ -1,8 +1,10 @@
-"""The PAC-Bayes rungs of the certificate ladder, as every family takes them (single-modality
-cells: crl.steps.unimodal.ladder; dense cells: crl.steps.dense.ladder): a family supplies its
-i.i.d. units (an anchor's tuple, an image with its negatives), a draw of its losses under fresh
-Gibbs heads, and a fit of the data-dependent prior's mean; this module turns them into the
-certificates and their columns.
+"""The rungs of the certificate ladder that every family takes (single-modality cells:
+crl.steps.unimodal.ladder; dense cells: crl.steps.dense.ladder; paired cells:
+crl.steps.paired.ladder): the test-set certificate from held-out units that are i.i.d. given the
+head (`test_set_columns`), and the PAC-Bayes rungs, for which a family supplies its i.i.d.
+units (an anchor's tuple, an image with its negatives, a pair with its negatives), a draw of
+their losses under fresh Gibbs heads, and a fit of the data-dependent prior's mean; this module
+turns them into the certificates and their columns.
 
 Losses are scaled to [0, 1] by the loss's range; every column is back in the loss's own units.
 
@@ -218,6 +220,23 @@ def certificate(
     return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean, prior_sigma)
 
 
+def test_set_columns(terms: torch.Tensor, scale: Scale | None, delta: float) -> dict:
+    """The test-set certificate (Langford 2005) from the losses of N held-out units that are
+    i.i.d. given the head: L <= low + width kl^-1(mean, ln(1/delta) / N) at level delta, with
+    the losses scaled to [0, 1] by `scale` (None: the loss has no finite range, `NO_RANGE`).
+    Shape: terms (N,)."""
+    if scale is None:
+        return test_set_not_applied(NO_RANGE)
+    n = int(terms.shape[0])
+    bound = certificates.held_out_bound(scale.to_unit(float(terms.double().mean())), n, delta)
+    return {"cert_test_set": scale.back(bound), "cert_test_set_n": n, "cert_test_set_reason": None}
+
+
+def test_set_not_applied(reason: str | None) -> dict:
+    """The test-set columns of a cell without the certificate, and why."""
+    return {"cert_test_set": None, "cert_test_set_n": None, "cert_test_set_reason": reason}
+
+
 def not_applied(reason: str) -> dict:
     """Every PAC-Bayes column null, both rungs with `reason`."""
     out = {name: None for name in PB_COLUMNS}
@@ -247,17 +266,21 @@ def pac_bayes_columns(
     setting: Setting,
     gen: torch.Generator,
     units: Units | None = None,
+    rotations: bool = True,
 ) -> dict:
     """Both PAC-Bayes rungs of a cell whose n training units are i.i.d., the Gibbs heads'
     held-out risks and the excess ratio (module docstring). `fit_prior` is called once, after
     the data-free certificate, and may draw from `gen`; `units` (the sample's, for the
-    data-free rung) and the prior's serve the posterior's optimisation."""
+    data-free rung) and the prior's serve the posterior's optimisation. `rotations`: the
+    family's losses are invariant under W -> Q W, so the head is rotated onto the prior's mean
+    (False: a class without that symmetry, as the paired score model; the head is taken as it
+    is)."""
     mean = head.double()
     zero = torch.zeros_like(mean)
     free = certificate(mean, zero, draws, n, setting, gen, units)
     prior = fit_prior()
     prior_mean = prior.mean.double()
-    aligned = pac_bayes.procrustes(mean, prior_mean) @ mean
+    aligned = pac_bayes.procrustes(mean, prior_mean) @ mean if rotations else mean
     data = certificate(aligned, prior_mean, prior.draws, prior.n, setting, gen, prior.units)
     scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}

@@ -14,6 +14,7 @@ import torch
 from crl.core import config
 from crl.kernels import score_model
 from crl.kernels.solver import SolverSpec
+from crl.steps import ladder as rungs
 from crl.steps.keys import grid_keys
 from crl.steps.paired import ladder as paired_ladder
 from crl.steps.paired import model_cell
@@ -201,6 +202,11 @@ def test_user_pairs_cells_hold_their_certified_bounds(pairs_run: dict) -> None:
         assert row["learning_gain"] == pytest.approx(-row["test_loss"], rel=1e-12)
         assert row["learning_gain_rel"] == pytest.approx(row["learning_gain"] / row["loss_range"])
         assert row["learned"] == (row["learning_gain"] - row["learning_gain_ci"] > 0)
+        # the test-set rung: disjoint test rows, each pair with m negatives of its own
+        assert row["cert_test_set_n"] == min(200, 450 // (row["m"] + 1))
+        assert row["loss_min"] < row["cert_test_set"] < row["loss_min"] + row["loss_range"]
+        assert row["learning_certified_test_set"] == (row["cert_test_set"] < 0.0)
+        assert row["cert_pb_data_reason"] == rungs.NOT_REQUESTED
         if row["regime"] == "sscrl":
             assert row["bound_delta"] == 0.025 and row["lse_inner_bound"] is None
             assert row["gap_outer"] + row["gap_inner"] == pytest.approx(row["gap"])

@@ -272,7 +272,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     ladder_started = time.perf_counter()
     ladder_gen = generator(config.seed, draws_id(config, key), "dense", "ladder")
     ladder_cols = {
-        **dense_ladder.test_set_columns(test_terms, scale, ev.delta),
+        **rungs.test_set_columns(test_terms, scale, ev.delta),
         **dense_ladder.pac_bayes_columns(
             ev.ladder,
             train,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from crl.core.ladder_config import PacBayesConfig
-from crl.kernels import certificates, pac_bayes
+from crl.kernels import pac_bayes
 from crl.kernels.solver import SolverSpec
 from crl.steps import ladder as rungs
 from crl.steps.dense.objective import Batch, fit, objective
@@ -41,20 +41,6 @@ from crl.steps.signal import certified_learning_columns
 
 NOT_REQUESTED = "dense.eval.ladder is not set"
 DRAW_BUDGET = 2**21  # float64 feature values gathered per chunk of draws: 16 MiB
-
-
-def test_set_columns(terms: torch.Tensor, scale: rungs.Scale | None, delta: float) -> dict:
-    """The test-set certificate from the held-out images' losses (module docstring).
-    Shape: terms (N,)."""
-    if scale is None:
-        return {
-            "cert_test_set": None,
-            "cert_test_set_n": None,
-            "cert_test_set_reason": rungs.NO_RANGE,
-        }
-    n = int(terms.shape[0])
-    bound = certificates.held_out_bound(scale.to_unit(float(terms.double().mean())), n, delta)
-    return {"cert_test_set": scale.back(bound), "cert_test_set_n": n, "cert_test_set_reason": None}
 
 
 def _terms(b: Batch, negative_set: str, T: float, lam: float) -> pac_bayes.Terms:

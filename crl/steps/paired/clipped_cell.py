@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from crl.core.config import Config
 from crl.kernels import score_model
-from crl.kernels.latent.canonical import excess_auc
+from crl.kernels.latent.canonical import CanonicalGaussian, excess_auc
 from crl.kernels.latent.clipped import (
     clip_pairs,
     clipped_mass,
@@ -39,22 +41,32 @@ from crl.steps.signal import signal_columns
 SAMPLING = "fresh_from_model"
 
 
+def held_out_units(
+    model: CanonicalGaussian, count: int, m: int, r: float, gen: torch.Generator
+) -> score_model.PairedSample:
+    """`count` fresh pairs of the clipped law with m fresh negatives of their own, for the
+    ladder (crl.steps.paired.ladder)."""
+    x, y = model.sample_pairs(count, gen)
+    negatives = model.sample_marginal((count, m), gen)
+    return clip_pairs(score_model.PairedSample(x, y, negatives), r)
+
+
 def run_clipped_cell(
-    config: Config, key: CellKey, cell_id: str, paired: model_cell.PairedSource
+    config: Config, key: CellKey, cell_id: str, draws: str, paired: model_cell.PairedSource
 ) -> dict:
-    """Fit and evaluate one clipped paired cell; returns its row (without provenance)."""
+    """Fit and evaluate one clipped paired cell; returns its row (without provenance).
+    `draws` keys the cell's random draws (crl.steps.keys.draws_id: the ladder moves none)."""
     started = time.perf_counter()
     model, r, ev = paired.model, config.dataset.clip, config.eval
     T, R = ev.temperature, model_cell.radius(config, model)
     shared = key.regime == "sscrl"
     raw = model_cell.draw(config, model, key.regime, key.m, key.n, key.seed)
     sample = clip_pairs(raw, r)
-    score, solution = score_model.fit(
-        sample, R, T, SolverSpec(config.model.tol, config.model.max_iter)
-    )
+    spec = SolverSpec(config.model.tol, config.model.max_iter)
+    score, solution = score_model.fit(sample, R, T, spec)
     train_loss = float(score_model.empirical_risk(score.M, score.B, sample, T))
 
-    gen = generator(config.seed, cell_id, "clipped-held-out")
+    gen = generator(config.seed, draws, "clipped-held-out")
     x, y = model.sample_pairs(ev.test_anchors, gen)
     pool = model.sample_marginal((ev.negative_pool,), gen)
     held, terms, trivial = against_pool(
@@ -94,6 +106,10 @@ def run_clipped_cell(
         **model_cell.fit_columns(score, solution, R),
         "device": "cpu",
     }
-    row.update(ladder_columns(row))
+    ladder_started = time.perf_counter()
+    ladder_gen = generator(config.seed, draws, "ladder")
+    units = held_out_units(model, ev.test_anchors, key.m, r, ladder_gen)
+    row.update(ladder_columns(row, ev.ladder, sample, score, units, spec, ladder_gen))
+    row["ladder_seconds"] = time.perf_counter() - ladder_started
     row["wall_seconds"] = time.perf_counter() - started
     return row

@@ -11,9 +11,10 @@ import polars as pl
 
 from crl.core.config import Config, is_paired
 from crl.core.errors import ConfigError
-from crl.steps import grid_source, pretrain_panel, user_data
+from crl.steps import grid_source, ladder_panel, pretrain_panel, scaling_panel, user_data
 from crl.steps.family import Columns, MapWork, Pretraining, WorkerWork, machine_memory
-from crl.steps.keys import CellKey, cell_config, grid_keys
+from crl.steps.keys import CellKey, cell_config, draws_id, grid_keys
+from crl.steps.pages import html_table
 from crl.steps.paired import model_cell, split_cell
 from crl.steps.paired import report as paired_report
 from crl.steps.paired.clipped_cell import run_clipped_cell
@@ -102,20 +103,29 @@ class Paired:
         temperature."""
         config, source = cell_config(context.config, key), context.source
         cell_id = key.cell_id(context.config.hash())
+        draws = draws_id(context.config, key)
         if isinstance(source, split_cell.PairedSplits):
-            row = split_cell.run_paired_split_cell(config, key, cell_id, source)
+            row = split_cell.run_paired_split_cell(config, key, cell_id, draws, source)
         elif source.clipped is None:
             row = model_cell.run_paired_cell(config, key, cell_id, source)
         else:
-            row = run_clipped_cell(config, key, cell_id, source)
+            row = run_clipped_cell(config, key, cell_id, draws, source)
         row["dataset"] = context.config.dataset.kind
         return row
 
     def report(self, summary: pl.DataFrame, fits: pl.DataFrame, page: Page) -> list[str]:
-        """The reference setting, then m*(n), its finding and the gap (exact, or against the
+        """The reference setting, the certificate ladder and the scaling in n (bounded cells
+        with `eval.ladder`), then m*(n), its finding and the gap (exact, or against the
         certified bound for user pairs)."""
         opening, at, at_fits = page.at_reference(summary, fits, pretrain_panel.UNIMODAL)
-        return [*opening, paired_report.body(at, at_fits, page.out, page.save)]
+        keys = ladder_panel.UNIMODAL_KEYS
+        ladder = ladder_panel.section(
+            at, page.out, page.save, html_table, keys, "paired_ladder.png"
+        )
+        scaling = scaling_panel.section(
+            at, page.out, page.save, html_table, keys, "paired_scaling.png"
+        )
+        return [*opening, ladder, scaling, paired_report.body(at, at_fits, page.out, page.save)]
 
 
 FAMILY = Paired()

@@ -32,7 +32,7 @@ from crl.kernels.latent.clipped import clip_triples, scaled_reference
 from crl.kernels.seeding import generator
 from crl.kernels.solver import Solution, SolverSpec
 from crl.steps.keys import CellKey
-from crl.steps.paired.ladder import ladder_columns
+from crl.steps.paired.ladder import exact_columns
 from crl.steps.signal import exact_signal_columns
 
 BOUNDS_NOTE = "not certified: Gaussian features are unbounded (docs/theory/bounds.md A1 fails)"
@@ -155,6 +155,6 @@ def run_paired_cell(config: Config, key: CellKey, cell_id: str, paired: PairedSo
         "bounds_note": BOUNDS_NOTE,
         "device": "cpu",
     }
-    row.update(ladder_columns(row))
+    row.update(exact_columns(row))
     row["wall_seconds"] = time.perf_counter() - started
     return row

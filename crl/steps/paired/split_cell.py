@@ -148,16 +148,36 @@ def against_pool(
     return out, terms, trivial
 
 
-def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: PairedSplits) -> dict:
-    """Fit and evaluate one paired cell on user pairs; returns its row (without provenance)."""
+def held_out_units(
+    splits: PairedSplits, count: int, m: int, gen: torch.Generator
+) -> score_model.PairedSample | None:
+    """Held-out pairs with m negatives of their own for the ladder (crl.steps.paired.ladder):
+    disjoint rows of the test split in a random order, the first `count` (at most rows // (m +
+    1)) as anchor pairs, the next m per anchor as their negatives' y; None where the split has
+    fewer than m + 1 rows."""
+    rows = splits.x_test.shape[0]
+    count = min(count, rows // (m + 1))
+    if count < 1:
+        return None
+    order = torch.randperm(rows, generator=gen)
+    anchors, negatives = order[:count], order[count : count * (m + 1)].reshape(count, m)
+    return score_model.PairedSample(
+        splits.x_test[anchors], splits.y_test[anchors], splits.y_test[negatives]
+    )
+
+
+def run_paired_split_cell(
+    config: Config, key: CellKey, cell_id: str, draws: str, splits: PairedSplits
+) -> dict:
+    """Fit and evaluate one paired cell on user pairs; returns its row (without provenance).
+    `draws` keys the cell's random draws (crl.steps.keys.draws_id: the ladder moves none)."""
     started = time.perf_counter()
     T, R, delta = config.eval.temperature, config.model.R, config.eval.delta
-    gen = generator(config.seed, cell_id, "cell")
+    gen = generator(config.seed, draws, "cell")
     shared = key.regime == "sscrl"
     sample, sampling = draw(splits, key.n, key.m, shared, gen)
-    score, solution = score_model.fit(
-        sample, R, T, SolverSpec(config.model.tol, config.model.max_iter)
-    )
+    spec = SolverSpec(config.model.tol, config.model.max_iter)
+    score, solution = score_model.fit(sample, R, T, spec)
     train_loss = float(score_model.empirical_risk(score.M, score.B, sample, T))
     held, terms, trivial = _held_out(
         score, splits, config, gen, sample.negatives if shared else None
@@ -182,7 +202,11 @@ def run_paired_split_cell(config: Config, key: CellKey, cell_id: str, splits: Pa
         **model_cell.fit_columns(score, solution, R),
         "device": "cpu",
     }
-    row.update(ladder_columns(row))
+    ladder_started = time.perf_counter()
+    ladder_gen = generator(config.seed, draws, "ladder")
+    units = held_out_units(splits, config.eval.test_anchors, key.m, ladder_gen)
+    row.update(ladder_columns(row, config.eval.ladder, sample, score, units, spec, ladder_gen))
+    row["ladder_seconds"] = time.perf_counter() - ladder_started
     row["wall_seconds"] = time.perf_counter() - started
     return row
 
@@ -219,6 +243,7 @@ def bound_columns(
         "gap_outer": target if shared else None,
         "gap_inner": held["test_loss"] - held["test_loss_shared"] if shared else None,
         "score_bound": certified_paired.score_bound(R),
+        "loss_min": constants.psi_lo,
         "loss_range": constants.B,
         "loss_omega": constants.omega,
         "S_D": energy,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from crl.kernels import certificates, certified, learner, stats
+from crl.kernels import certified, learner, stats
 from crl.kernels.stats import within
+from crl.steps import ladder as rungs
 from crl.steps.unimodal.sampling import TrainDraw
 
 HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (docs/theory/bounds.md Prop. 4.4)"
@@ -35,21 +36,13 @@ SPLIT_REUSE = "the held-out tuples reuse test-split rows (they are not independe
 def test_set_columns(
     terms: torch.Tensor, loss: str, fresh: bool, low: float, width: float, delta: float
 ) -> dict:
-    """The test-set certificate on the population loss L_m(f) of the fitted head (Langford
-    2005): the held-out tuples are i.i.d. given the head when every point is a fresh draw and
-    each anchor has its own m negatives, so with the losses scaled to [0, 1] by the loss's range,
-    L_m(f) <= low + width kl^-1(mean, ln(1/delta) / n) at level delta. Shape: terms (n,)."""
+    """The test-set certificate on the population loss L_m(f) of the fitted head
+    (crl.steps.ladder.test_set_columns): the held-out tuples are i.i.d. given the head when every
+    point is a fresh draw and each anchor has its own m negatives. Shape: terms (n,)."""
     reason = LSE_POOL if loss == "lse" else (None if fresh else SPLIT_REUSE)
-    if reason is not None or not (math.isfinite(width) and width > 0):
-        return {"cert_test_set": None, "cert_test_set_n": None, "cert_test_set_reason": reason}
-    n = int(terms.shape[0])
-    mean = certificates.scaled(float(terms.double().mean()), low, width)
-    bound = certificates.held_out_bound(mean, n, delta)
-    return {
-        "cert_test_set": certificates.unscaled(bound, low, width),
-        "cert_test_set_n": n,
-        "cert_test_set_reason": None,
-    }
+    if reason is not None:
+        return rungs.test_set_not_applied(reason)
+    return rungs.test_set_columns(terms, rungs.Scale.of(low, width), delta)
 
 
 def statistics_accumulator(draw: TrainDraw, m: int) -> certified.StatsAccumulator:

@@ -101,14 +101,12 @@ def test_the_dense_test_set_certificate_covers_the_population_loss() -> None:
     misses = plain = 0
     for _ in range(300):
         terms = objective(W, _batch(25, k, m, 4, gen), "own", T, 1.0)
-        cert = dense_ladder.test_set_columns(terms, scale, delta)
+        cert = rungs.test_set_columns(terms, scale, delta)
         assert cert["cert_test_set_n"] == 25 and cert["cert_test_set"] <= low + width
         misses += cert["cert_test_set"] < truth
         plain += float(terms.mean()) < truth
     assert misses / 300 <= delta and plain / 300 > 0.3
-    assert dense_ladder.test_set_columns(terms, None, delta)["cert_test_set_reason"] == (
-        rungs.NO_RANGE
-    )
+    assert rungs.test_set_columns(terms, None, delta)["cert_test_set_reason"] == (rungs.NO_RANGE)
 
 
 def test_the_dense_pac_bayes_rungs_on_synthetic_images() -> None:

@@ -10,8 +10,8 @@ from crl.core.config import ConfigError, validate
 from crl.kernels import score_model
 from crl.kernels.latent.clipped import clip_pairs, clipped_mass
 from crl.kernels.solver import SolverSpec
-from crl.steps.keys import grid_keys
-from crl.steps.paired import ladder as paired_ladder
+from crl.steps import ladder as rungs
+from crl.steps.keys import draws_id, grid_keys
 from crl.steps.paired import model_cell
 from crl.steps.paired.clipped_cell import run_clipped_cell
 
@@ -34,7 +34,10 @@ TREE = {
 def rows() -> list[dict]:
     cfg = validate(TREE)
     source = model_cell.source(cfg)
-    return [run_clipped_cell(cfg, k, k.cell_id(cfg.hash()), source) for k in grid_keys(cfg)]
+    return [
+        run_clipped_cell(cfg, k, k.cell_id(cfg.hash()), draws_id(cfg, k), source)
+        for k in grid_keys(cfg)
+    ]
 
 
 def test_clipped_cells_are_certified_and_their_bounds_hold(rows: list[dict]) -> None:
@@ -58,11 +61,14 @@ def test_clipped_cells_are_certified_and_their_bounds_hold(rows: list[dict]) -> 
 
 def test_the_ladder_of_a_clipped_cell_says_which_rungs_apply(rows: list[dict]) -> None:
     """scrl: L(s) <= train_loss + best_bound is the Rademacher rung; sscrl's bound is on the
-    outer gap only; the pooled held-out terms give no test-set certificate."""
+    outer gap only; the test-set certificate from held-out pairs with their own negatives in
+    both regimes; no PAC-Bayes rung without eval.ladder."""
     for row in rows:
-        assert row["cert_test_set"] is None and row["cert_test_set_reason"] == paired_ladder.POOL
+        assert row["cert_test_set_n"] == 400 and row["cert_test_set_reason"] is None
+        assert row["loss_min"] < row["cert_test_set"] < row["loss_min"] + row["loss_range"]
+        assert row["learning_certified_test_set"] == (row["cert_test_set"] < 0.0)
         assert row["cert_pb_data"] is None
-        assert row["cert_pb_data_reason"] == paired_ladder.NOT_BUILT
+        assert row["cert_pb_data_reason"] == rungs.NOT_REQUESTED
         assert row["learning_certified_pb_free"] is None
         if row["regime"] == "sscrl":
             assert row["learning_certified_rademacher"] is None
