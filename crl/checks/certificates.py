@@ -96,7 +96,7 @@ def _monte_carlo(seed: int, instance: int, constants: Constants) -> list[Row]:
     params = {"k": k, "power": power, "delta": delta, "reps": reps, "instance_seed": instance_seed}
     kl_upper = [pac_bayes.monte_carlo_upper(float(m), k, delta) for m in means]
     bernstein = [
-        pac_bayes.empirical_bernstein_upper(float(m), float(v), k, delta)
+        certificates.empirical_bernstein_upper(float(m), float(v), k, delta)
         for m, v in zip(means, variances, strict=True)
     ]
     rows = []

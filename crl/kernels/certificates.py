@@ -7,6 +7,12 @@
   in [0, 1] with mean `mean`: with probability >= 1 - delta, L <= kl^-1(mean, ln(1/delta) / n)
   (the Chernoff bound for the binomial tail, which holds for [0, 1]-valued losses by convexity,
   Maurer 2004).
+- `empirical_bernstein_upper(mean, variance, n, delta)`: Maurer and Pontil (2009, Thm 4), the
+  expectation of n i.i.d. [0, 1] samples bounded with their variance: tighter than the kl bound
+  where the samples spread little next to their range.
+- `held_out_upper(mean, variance, n, delta)`: the smaller of `held_out_bound` and
+  `empirical_bernstein_upper`, each at delta / 2 (a union bound): the test-set certificate of
+  crl's ladder.
 - `scaled(values, low, width)` and `unscaled(value, low, width)`: a loss with range [low, low +
   width] to [0, 1] and back.
 """
@@ -17,7 +23,15 @@ import math
 
 from crl.kernels import _validate
 
-__all__ = ["kl_bernoulli", "kl_inverse_upper", "scaled", "held_out_bound", "unscaled"]
+__all__ = [
+    "empirical_bernstein_upper",
+    "held_out_bound",
+    "kl_bernoulli",
+    "kl_inverse_upper",
+    "scaled",
+    "held_out_upper",
+    "unscaled",
+]
 
 _BISECTIONS = 200  # halvings of [q, 1]: far below float64 resolution
 
@@ -64,6 +78,28 @@ def held_out_bound(mean: float, n: int, delta: float) -> float:
     n = _validate.at_least("n", n, 1)
     delta = _validate.open_unit("delta", delta)
     return kl_inverse_upper(min(max(mean, 0.0), 1.0), math.log(1.0 / delta) / n)
+
+
+def empirical_bernstein_upper(mean: float, variance: float, n: int, delta: float) -> float:
+    """Maurer and Pontil (2009, Thm 4): for `n` >= 2 i.i.d. samples in [0, 1] with mean
+    `mean` and unbiased sample variance `variance`, with probability >= 1 - delta the
+    expectation is at most mean + sqrt(2 variance ln(2/delta) / n) + 7 ln(2/delta) / (3 (n -
+    1)), capped at 1."""
+    n = _validate.at_least("n", n, 2)
+    delta = _validate.open_unit("delta", delta)
+    log_term = math.log(2.0 / delta)
+    spread = math.sqrt(2.0 * max(variance, 0.0) * log_term / n)
+    return min(1.0, mean + spread + 7.0 * log_term / (3.0 * (n - 1)))
+
+
+def held_out_upper(mean: float, variance: float, n: int, delta: float) -> float:
+    """The smaller of Langford's kl bound and the empirical Bernstein bound, each at level
+    delta / 2, for n i.i.d. [0, 1] losses of a fixed predictor with mean `mean` and unbiased
+    sample variance `variance` (n = 1: the kl bound at delta)."""
+    if _validate.at_least("n", n, 1) == 1:
+        return held_out_bound(mean, n, delta)
+    half = _validate.open_unit("delta", delta) / 2
+    return min(held_out_bound(mean, n, half), empirical_bernstein_upper(mean, variance, n, half))
 
 
 def scaled(value: float, low: float, width: float) -> float:

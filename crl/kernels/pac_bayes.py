@@ -11,9 +11,9 @@
   `draws` independent [0, 1] samples of mean Lhat_S(Q) (`gibbs_draws`) that average `mean`,
   with probability >= 1 - delta Lhat_S(Q) <= kl^-1(mean, ln(1/delta) / draws) (Langford and
   Caruana 2002; the Chernoff bound for [0, 1] variables, one-sided).
-- `empirical_bernstein_upper(mean, variance, draws, delta)`: the same expectation bounded with
-  the samples' variance (Maurer and Pontil 2009): losses that spread little next to their
-  range make this the tighter of the two.
+- `crl.kernels.certificates.empirical_bernstein_upper(mean, variance, draws, delta)`: the same
+  expectation bounded with the samples' variance (Maurer and Pontil 2009): losses that spread
+  little next to their range make this the tighter of the two.
 - `noise_scale(relative, radius, dims)`: the per-entry sigma whose noise has expected squared
   norm (relative R)^2, sigma = relative R / sqrt(dims): a grid fixed before any data is seen.
 - `gibbs_heads(mean, sigma, radius, count, gen)`: `count` heads W = P_R(mean + sigma E), E
@@ -42,7 +42,6 @@ from crl.kernels import _validate, learner
 from crl.kernels.certificates import kl_inverse_upper
 
 __all__ = [
-    "empirical_bernstein_upper",
     "gaussian_kl",
     "gibbs_anchor_means",
     "gibbs_draws",
@@ -91,18 +90,6 @@ def monte_carlo_upper(mean: float, draws: int, delta: float) -> float:
     draws = _validate.at_least("draws", draws, 1)
     delta = _validate.open_unit("delta", delta)
     return kl_inverse_upper(min(max(mean, 0.0), 1.0), math.log(1.0 / delta) / draws)
-
-
-def empirical_bernstein_upper(mean: float, variance: float, draws: int, delta: float) -> float:
-    """Maurer and Pontil (2009, Thm 4): for `draws` >= 2 i.i.d. samples in [0, 1] with mean
-    `mean` and unbiased sample variance `variance`, with probability >= 1 - delta the
-    expectation is at most mean + sqrt(2 variance ln(2/delta) / k) + 7 ln(2/delta) / (3 (k -
-    1)), capped at 1."""
-    draws = _validate.at_least("draws", draws, 2)
-    delta = _validate.open_unit("delta", delta)
-    log_term = math.log(2.0 / delta)
-    spread = math.sqrt(2.0 * max(variance, 0.0) * log_term / draws)
-    return min(1.0, mean + spread + 7.0 * log_term / (3.0 * (draws - 1)))
 
 
 def noise_scale(relative: float, radius: float, dims: int) -> float:

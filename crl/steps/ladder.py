@@ -211,7 +211,7 @@ def certificate(
     gibbs_train = float(unit.mean())
     mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
     variance = float(unit.var(correction=1))
-    bernstein = pac_bayes.empirical_bernstein_upper(
+    bernstein = certificates.empirical_bernstein_upper(
         gibbs_train, variance, ladder.mc_draws, delta / 4
     )
     mc = min(mc, bernstein)
@@ -221,14 +221,18 @@ def certificate(
 
 
 def test_set_columns(terms: torch.Tensor, scale: Scale | None, delta: float) -> dict:
-    """The test-set certificate (Langford 2005) from the losses of N held-out units that are
-    i.i.d. given the head: L <= low + width kl^-1(mean, ln(1/delta) / N) at level delta, with
-    the losses scaled to [0, 1] by `scale` (None: the loss has no finite range, `NO_RANGE`).
-    Shape: terms (N,)."""
+    """The test-set certificate from the losses of N held-out units that are i.i.d. given the
+    head, with the losses scaled to [0, 1] by `scale` (None: the loss has no finite range,
+    `NO_RANGE`): at level delta, the smaller of Langford's (2005) kl bound
+    kl^-1(mean, ln(2/delta) / N) and Maurer and Pontil's (2009) empirical Bernstein bound, each
+    at delta / 2 (crl.kernels.certificates.held_out_upper): losses that spread little next to
+    their range, as most do, get the second. Shape: terms (N,)."""
     if scale is None:
         return test_set_not_applied(NO_RANGE)
-    n = int(terms.shape[0])
-    bound = certificates.held_out_bound(scale.to_unit(float(terms.double().mean())), n, delta)
+    unit = (terms.double() - scale.low) / scale.width
+    n = int(unit.shape[0])
+    variance = float(unit.var(correction=1)) if n > 1 else 0.0
+    bound = certificates.held_out_upper(float(unit.mean()), variance, n, delta)
     return {"cert_test_set": scale.back(bound), "cert_test_set_n": n, "cert_test_set_reason": None}
 
 

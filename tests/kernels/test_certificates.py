@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crl.kernels.certificates import held_out_bound, kl_bernoulli, kl_inverse_upper
+from crl.kernels.certificates import (
+    empirical_bernstein_upper,
+    held_out_bound,
+    held_out_upper,
+    kl_bernoulli,
+    kl_inverse_upper,
+)
 
 
 def test_kl_closed_cases() -> None:
@@ -58,3 +64,30 @@ def test_the_held_out_bound_covers_at_its_level() -> None:
     truth = 2.0 / 7.0
     misses = sum(held_out_bound(float(v.mean()), n, delta) < truth for v in values)
     assert misses / reps <= delta
+
+
+def test_the_test_set_certificate_is_the_smaller_bound_at_half_the_level() -> None:
+    mean, variance, n, delta = 0.3, 0.0004, 2000, 0.05
+    kl = held_out_bound(mean, n, delta / 2)
+    bernstein = empirical_bernstein_upper(mean, variance, n, delta / 2)
+    assert bernstein < kl  # a small spread next to the range
+    assert held_out_upper(mean, variance, n, delta) == min(kl, bernstein)
+    # a spread as wide as the range: the kl bound is the smaller
+    assert held_out_upper(0.5, 0.25, n, delta) == held_out_bound(0.5, n, delta / 2)
+    assert held_out_upper(0.5, 0.0, 1, delta) == held_out_bound(0.5, 1, delta)
+
+
+def test_the_test_set_certificate_covers_losses_that_spread_little() -> None:
+    """Losses of mean 0.3 and standard deviation 0.02 in [0, 1] (a scaled Beta): the
+    certificate misses the mean in at most delta of 2000 draws, and lies well below the kl
+    bound (which only sees the mean), so it uses the spread."""
+    rng = np.random.default_rng(1)
+    n, delta, reps = 1000, 0.1, 2000
+    a, b = 157.2, 366.8  # Beta(a, b): mean 0.3, sd about 0.02
+    values = rng.beta(a, b, size=(reps, n))
+    bounds = [held_out_upper(float(v.mean()), float(v.var(ddof=1)), n, delta) for v in values]
+    truth = a / (a + b)
+    misses = sum(bound < truth for bound in bounds)
+    assert misses / reps <= delta
+    kl = [held_out_bound(float(v.mean()), n, delta) for v in values]
+    assert np.mean(np.subtract(bounds, truth)) < 0.5 * np.mean(np.subtract(kl, truth))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from crl.kernels import learner, pac_bayes
+from crl.kernels import certificates, learner, pac_bayes
 from crl.kernels.certificates import kl_bernoulli
 
 
@@ -66,7 +66,7 @@ def test_empirical_bernstein_covers_and_beats_kl_at_small_variance() -> None:
     draws = np.clip(rng.normal(0.3, 0.01, size=(reps, k)), 0.0, 1.0)
     truth = 0.3
     uppers = [
-        pac_bayes.empirical_bernstein_upper(float(r.mean()), float(r.var(ddof=1)), k, delta)
+        certificates.empirical_bernstein_upper(float(r.mean()), float(r.var(ddof=1)), k, delta)
         for r in draws
     ]
     assert sum(u < truth for u in uppers) / reps <= delta
@@ -75,7 +75,7 @@ def test_empirical_bernstein_covers_and_beats_kl_at_small_variance() -> None:
     closed = mean + math.sqrt(2 * var * log_term / k) + 7 * log_term / (3 * (k - 1))
     assert uppers[0] == pytest.approx(closed, rel=1e-12)
     assert uppers[0] < pac_bayes.monte_carlo_upper(mean, k, delta)
-    assert pac_bayes.empirical_bernstein_upper(0.9, 0.2, 3, 0.05) == 1.0
+    assert certificates.empirical_bernstein_upper(0.9, 0.2, 3, 0.05) == 1.0
 
 
 def test_procrustes_undoes_a_rotation() -> None:

@@ -12,7 +12,7 @@ import torch
 from scipy.stats import norm
 
 from crl.core.ladder_config import PacBayesConfig
-from crl.kernels import pac_bayes
+from crl.kernels import certificates, pac_bayes
 from crl.steps import ladder
 
 LADDER = {"noise": [0.015, 0.05, 0.1], "pilot_draws": 256, "mc_draws": 4000}
@@ -60,7 +60,7 @@ def test_the_monte_carlo_term_covers_the_exact_empirical_gibbs_risk() -> None:
         average = float(unit.mean())
         upper = min(
             pac_bayes.monte_carlo_upper(average, draws, delta / 2),
-            pac_bayes.empirical_bernstein_upper(average, float(unit.var()), draws, delta / 2),
+            certificates.empirical_bernstein_upper(average, float(unit.var()), draws, delta / 2),
         )
         means.append(average)
         misses += upper < exact

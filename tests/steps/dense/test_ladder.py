@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from crl.kernels import certificates, pac_bayes
+from crl.kernels import certificates, pac_bayes, stats
 from crl.kernels.dense import bounds as dense_bounds
 from crl.kernels.solver import SolverSpec
 from crl.steps import ladder as rungs
@@ -162,7 +162,10 @@ def test_a_dense_cell_carries_the_ladder(cells: dict) -> None:
     assert row["ladder_seconds"] > 0
     n_test = row["test_anchors"]
     unit = certificates.scaled(row["test_loss"], low, width)
-    expected = certificates.unscaled(certificates.held_out_bound(unit, n_test, 0.05), low, width)
+    # the held-out terms' variance from their 95% half-width (z std / sqrt(n), unbiased std)
+    variance = (row["test_loss_ci"] * math.sqrt(n_test) / stats.z_value(0.95) / width) ** 2
+    bound = certificates.held_out_upper(unit, variance, n_test, 0.05)
+    expected = certificates.unscaled(bound, low, width)
     assert row["cert_test_set"] == pytest.approx(expected) and row["cert_test_set_n"] == n_test
     trivial = row["trivial_loss"]
     assert row["learning_certified_test_set"] == (row["cert_test_set"] < trivial)

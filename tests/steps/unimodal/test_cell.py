@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from crl.core.provenance import PROVENANCE_COLUMNS
-from crl.kernels import bounds, certified, rademacher
-from crl.kernels.certificates import kl_bernoulli
+from crl.kernels import bounds, certified, rademacher, stats
+from crl.kernels.certificates import empirical_bernstein_upper, kl_bernoulli, kl_inverse_upper
 from crl.kernels.seeding import short_hash
 from crl.steps import cells, oracle, schema
 from crl.steps.features import (
@@ -514,9 +514,15 @@ def test_the_test_set_certificate_from_the_rows_own_columns(
         return
     low, width, n = row["loss_min"], row["loss_range"], row["test_anchors"]
     q = (row["test_loss"] - low) / width
-    c = math.log(1 / row["delta"]) / n
     p = row["cert_test_set"]
     assert row["cert_test_set_n"] == n and row["cert_test_set_reason"] is None
     assert row["test_loss"] < p < low + width
-    # kl(q || (p - low) / width) = c at the upper end
-    assert kl_bernoulli(q, (p - low) / width) == pytest.approx(c, rel=1e-9)
+    # the smaller of the kl bound (kl(q || (p - low) / width) = ln(2 / delta) / n at its upper
+    # end) and the empirical Bernstein bound, each at delta / 2, the terms' variance read off
+    # their 95% half-width z std / sqrt(n)
+    half = row["delta"] / 2
+    kl = kl_inverse_upper(q, math.log(1 / half) / n)
+    assert kl_bernoulli(q, kl) == pytest.approx(math.log(1 / half) / n, rel=1e-9)
+    variance = (row["test_loss_ci"] * math.sqrt(n) / stats.z_value(0.95) / width) ** 2
+    bernstein = empirical_bernstein_upper(q, variance, n, half)
+    assert (p - low) / width == pytest.approx(min(kl, bernstein), rel=1e-6)
