@@ -236,6 +236,15 @@ def test_set_columns(terms: torch.Tensor, scale: Scale | None, delta: float) -> 
     return {"cert_test_set": scale.back(bound), "cert_test_set_n": n, "cert_test_set_reason": None}
 
 
+def own_negatives_columns(terms: torch.Tensor) -> dict:
+    """`test_loss_m` (`_ci`): the mean of the held-out units' losses with their own negatives,
+    the estimate of what the test-set certificate bounds, and its 95% normal half-width.
+    Shape: terms (N,)."""
+    n = int(terms.shape[0])
+    ci = float(stats.normal_half_width(terms.double().std(), n)) if n > 1 else math.nan
+    return {"test_loss_m": float(terms.double().mean()), "test_loss_m_ci": ci}
+
+
 def test_set_not_applied(reason: str | None) -> dict:
     """The test-set columns of a cell without the certificate, and why."""
     return {"cert_test_set": None, "cert_test_set_n": None, "cert_test_set_reason": reason}

@@ -2,7 +2,7 @@
 setting (the family's keys, m included) with at least three values of n, on log-log axes
 against n: the held-out |gap|, the best Rademacher bound on it (`best_bound`;
 `best_dense_bound` for dense cells) and each certificate's excess over the held-out loss it
-certifies (`cert_test_set - test_loss`, `cert_pb_data - gibbs_test_loss`, `cert_pb_free -
+certifies (`cert_test_set - test_loss_m`, `cert_pb_data - gibbs_test_loss`, `cert_pb_free -
 cert_pb_free_gibbs_test`), seed means. Each line is labelled with its fitted exponent in n and
 the exponent's 95% interval (crl.kernels.rates.fit_loglog_slopes on the line's own points; the
 fits table's `slopes` rows fit m and n jointly over a setting's grid); the sources' rates are
@@ -33,7 +33,7 @@ QUANTITIES = (
     ("|held-out gap|", "gap_mean", None, "black", "-"),
     ("best Rademacher bound", "best_bound_mean", None, "tab:red", "-"),
     ("best Rademacher bound", "best_dense_bound_mean", None, "tab:red", "-"),
-    ("test-set excess", "cert_test_set_mean", "test_loss_mean", "tab:green", "-"),
+    ("test-set excess", "cert_test_set_mean", "test_loss_m_mean", "tab:green", "-"),
     ("PAC-Bayes data excess", "cert_pb_data_mean", "gibbs_test_loss_mean", "tab:blue", "-"),
     (
         "PAC-Bayes free excess",

@@ -8,6 +8,7 @@ from __future__ import annotations
 SUMMARISED = [
     "train_loss",
     "test_loss",
+    "test_loss_m",
     "gap",
     "test_loss_shared",
     "gap_outer",
@@ -137,4 +138,9 @@ FIRST = [
     "encoder_probe_accuracy",  # one per encoder: the same in every seed
     "encoder_probe_accuracy_ci",
 ]  # constant within a (key) group
-MEANS = ["test_loss_ci", "rademacher_ci", "test_loss_pool_ci"]  # mean intervals over seeds
+MEANS = [
+    "test_loss_ci",
+    "test_loss_m_ci",
+    "rademacher_ci",
+    "test_loss_pool_ci",
+]  # mean intervals over seeds

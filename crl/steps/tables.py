@@ -45,7 +45,7 @@ SLOPE_QUANTITIES = [
 ]
 # each certificate of the ladder over the held-out loss it certifies: (certificate, held-out)
 EXCESS_QUANTITIES = {
-    "cert_test_set_excess": ("cert_test_set", "test_loss"),
+    "cert_test_set_excess": ("cert_test_set", "test_loss_m"),
     "cert_pb_data_excess": ("cert_pb_data", "gibbs_test_loss"),
     "cert_pb_free_excess": ("cert_pb_free", "cert_pb_free_gibbs_test"),
 }

@@ -24,7 +24,7 @@ def _summary(sizes: tuple[int, ...]) -> pl.DataFrame:
                 "gap_mean": -2.0 / n**0.5,  # the |gap| is drawn
                 "best_bound_mean": 40.0 / n**0.5,
                 "best_dense_bound_mean": None,
-                "test_loss_mean": 2.0,
+                "test_loss_m_mean": 2.0,
                 "cert_test_set_mean": 2.0 + 3.0 / n,
                 "gibbs_test_loss_mean": 2.1,
                 "cert_pb_data_mean": 2.1 + 5.0 / n**0.25,
@@ -40,12 +40,12 @@ def test_each_line_carries_its_exponent(tmp_path: Path) -> None:
     assert set(drawn) == {
         "gap_mean",
         "best_bound_mean",
-        "cert_test_set_mean - test_loss_mean",
+        "cert_test_set_mean - test_loss_m_mean",
         "cert_pb_data_mean - gibbs_test_loss_mean",
     }
     assert drawn["gap_mean"]["slope_n"] == pytest.approx(-0.5)
     assert drawn["best_bound_mean"]["slope_n"] == pytest.approx(-0.5)
-    assert drawn["cert_test_set_mean - test_loss_mean"]["slope_n"] == pytest.approx(-1.0)
+    assert drawn["cert_test_set_mean - test_loss_m_mean"]["slope_n"] == pytest.approx(-1.0)
     assert drawn["cert_pb_data_mean - gibbs_test_loss_mean"]["slope_n"] == pytest.approx(-0.25)
     assert drawn["gap_mean"]["slope_n_ci"] == pytest.approx(0.0, abs=1e-6)
 

@@ -334,7 +334,7 @@ def test_each_certificate_excess_is_fitted_over_its_own_held_out_loss() -> None:
             "n": [256, 1024, 4096, 16384],
             "gap_mean": [0.2, 0.1, 0.05, 0.025],
             "cert_test_set_mean": [2.4, 2.2, 2.1, 2.05],
-            "test_loss_mean": [2.0, 2.0, 2.0, 2.0],
+            "test_loss_m_mean": [2.0, 2.0, 2.0, 2.0],
             "cert_pb_data_mean": [3.0, None, 2.5, 2.2],
             "gibbs_test_loss_mean": [2.1, 2.1, 2.1, 2.1],
         }

@@ -273,6 +273,7 @@ def run_dense_cell(config: Config, key: DenseKey, cell_id: str, features: DenseF
     ladder_gen = generator(config.seed, draws_id(config, key), "dense", "ladder")
     ladder_cols = {
         **rungs.test_set_columns(test_terms, scale, ev.delta),
+        **rungs.own_negatives_columns(test_terms),
         **dense_ladder.pac_bayes_columns(
             ev.ladder,
             train,

@@ -11,8 +11,8 @@ section 2). Losses are scaled to [0, 1] by the loss range of Thm D4 (`loss_range
 
 - `cert_test_set`: the held-out images, each with m fresh pool negatives of its own, are i.i.d.
   given the head and the pool, so crl.steps.ladder.test_set_columns bounds L(f) at level delta
-  (the kl bound of Langford 2005 or the empirical Bernstein bound), in both regimes (an sscrl cell's held-out images too get fresh
-  negatives of their own).
+  (the kl bound of Langford 2005 or the empirical Bernstein bound), in both regimes (an sscrl
+  cell's held-out images too get fresh negatives of their own).
 - `cert_pb_free`, `cert_pb_data`: the units are the training images with their own m negatives,
   i.i.d. in scrl cells; an sscrl cell's images share one queue (reason `SHARED`). A draw scores
   a fresh Gibbs head P_R(W) on one image drawn uniformly from the n; the data-dependent prior

@@ -152,6 +152,7 @@ def pac_bayes_columns(
 def exact_columns(row: dict) -> dict:
     """The ladder's columns of an unclipped Gaussian cell: every rung with its reason."""
     out = rungs.test_set_not_applied(EXACT) | rungs.not_applied(UNBOUNDED)
+    out |= {"test_loss_m": None, "test_loss_m_ci": None}
     rungs_none = {"rademacher": None, "test_set": None, "pb_free": None, "pb_data": None}
     return out | certified_learning_columns(row["trivial_loss"], rungs_none)
 
@@ -172,9 +173,10 @@ def ladder_columns(
     scale = rungs.Scale.of(row["loss_min"], row["loss_range"])
     T, delta = row["temperature"], row["delta"]
     if held is None:
-        out = rungs.test_set_not_applied(NO_UNITS)
+        out = rungs.test_set_not_applied(NO_UNITS) | {"test_loss_m": None, "test_loss_m_ci": None}
     else:
-        out = rungs.test_set_columns(held_out_terms(score, held, T), scale, delta)
+        terms = held_out_terms(score, held, T)
+        out = rungs.test_set_columns(terms, scale, delta) | rungs.own_negatives_columns(terms)
     out |= pac_bayes_columns(
         ladder, sample, score, held, row["certified"], row["R"], T, solver, delta, scale, gen
     )

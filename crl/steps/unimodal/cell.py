@@ -203,7 +203,9 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
     row.update(certify.bound_columns(draw, seen.stats, setting, gap, shared["gap_outer"]))
     row["bounds_seconds"] = seen.stats_seconds + time.perf_counter() - bounds_started
     fresh = isinstance(source, sampling.ModelPopulation)
-    row.update(_signal_and_test_set(weight, test, key.loss, ev.temperature, ev.delta, fresh, row))
+    row.update(
+        _signal_and_test_set(weight, test, held, key.loss, ev.temperature, ev.delta, fresh, row)
+    )
     ladder_started = time.perf_counter()
     row.update(_ladder(config, key, draws, source, draw, weight, held, row))
     row["ladder_seconds"] = time.perf_counter() - ladder_started
@@ -225,6 +227,7 @@ def run_cell(config: Config, key: CellKey, features: Features, tau: float | None
 def _signal_and_test_set(
     weight: torch.Tensor,
     test: TestLoss,
+    held: sampling.HeldOut,
     loss: str,
     temperature: float,
     delta: float,
@@ -232,15 +235,19 @@ def _signal_and_test_set(
     row: dict,
 ) -> dict:
     """The signal columns (against the held-out loss of f = 0) and the test-set certificate of
-    the head, from its held-out terms and the bound columns of `row`."""
+    the head on L_m, from its held-out terms (LSE: those of the held-out anchors with their own
+    m negatives, not the pooled ones) and the bound columns of `row`."""
     trivial = learner.per_anchor_loss(
         torch.zeros_like(weight), test.views, test.sample, loss, temperature
     )
     gap = row["gap"]
     out = signal_columns(trivial, test.terms, gap, test.ci, row.get("loss_range"))
-    out.update(
-        certify.test_set_columns(test.terms, loss, fresh, row["loss_min"], row["loss_range"], delta)
-    )
+    own = test.terms
+    if loss == "lse":
+        own = learner.per_anchor_loss(weight, held.views, held.sample, loss, temperature)
+    out |= rungs.own_negatives_columns(own)
+    low, width = row["loss_min"], row["loss_range"]
+    out.update(certify.test_set_columns(own, fresh, low, width, delta))
     return out
 
 

@@ -26,22 +26,18 @@ from crl.steps.unimodal.sampling import TrainDraw
 
 HINGE_NO_INNER = "hinge: no distribution-free inner bound exists (docs/theory/bounds.md Prop. 4.4)"
 NOT_SSCRL = "not sscrl: the negatives are independent per anchor"
-LSE_POOL = (
-    "lse: the held-out loss is against one shared pool of negatives (its terms are dependent, "
-    "and Li et al.'s L has the expectation inside the log)"
-)
 SPLIT_REUSE = "the held-out tuples reuse test-split rows (they are not independent)"
 
 
 def test_set_columns(
-    terms: torch.Tensor, loss: str, fresh: bool, low: float, width: float, delta: float
+    terms: torch.Tensor, fresh: bool, low: float, width: float, delta: float
 ) -> dict:
     """The test-set certificate on the population loss L_m(f) of the fitted head
-    (crl.steps.ladder.test_set_columns): the held-out tuples are i.i.d. given the head when every
-    point is a fresh draw and each anchor has its own m negatives. Shape: terms (n,)."""
-    reason = LSE_POOL if loss == "lse" else (None if fresh else SPLIT_REUSE)
-    if reason is not None:
-        return rungs.test_set_not_applied(reason)
+    (crl.steps.ladder.test_set_columns) from its held-out tuples' losses, each anchor with its
+    own m negatives (for LSE too: L_m, not the pooled `test_loss`): i.i.d. given the head when
+    every point is a fresh draw. Shape: terms (n,)."""
+    if not fresh:
+        return rungs.test_set_not_applied(SPLIT_REUSE)
     return rungs.test_set_columns(terms, rungs.Scale.of(low, width), delta)
 
 

@@ -509,20 +509,21 @@ def test_the_test_set_certificate_from_the_rows_own_columns(
 ) -> None:
     features, tau = run
     row = cell.run_cell(config(), CellKey("scrl", loss, 3, 20, 0), features, tau)
-    if loss == "lse":
-        assert row["cert_test_set"] is None and "shared pool" in row["cert_test_set_reason"]
-        return
+    if loss != "lse":  # LSE's test_loss is pooled; the certificate is on L_m, own negatives
+        assert (
+            row["test_loss_m"] == row["test_loss"] and row["test_loss_m_ci"] == row["test_loss_ci"]
+        )
     low, width, n = row["loss_min"], row["loss_range"], row["test_anchors"]
-    q = (row["test_loss"] - low) / width
+    q = (row["test_loss_m"] - low) / width
     p = row["cert_test_set"]
     assert row["cert_test_set_n"] == n and row["cert_test_set_reason"] is None
-    assert row["test_loss"] < p < low + width
+    assert row["test_loss_m"] < p < low + width
     # the smaller of the kl bound (kl(q || (p - low) / width) = ln(2 / delta) / n at its upper
     # end) and the empirical Bernstein bound, each at delta / 2, the terms' variance read off
     # their 95% half-width z std / sqrt(n)
     half = row["delta"] / 2
     kl = kl_inverse_upper(q, math.log(1 / half) / n)
     assert kl_bernoulli(q, kl) == pytest.approx(math.log(1 / half) / n, rel=1e-9)
-    variance = (row["test_loss_ci"] * math.sqrt(n) / stats.z_value(0.95) / width) ** 2
+    variance = (row["test_loss_m_ci"] * math.sqrt(n) / stats.z_value(0.95) / width) ** 2
     bernstein = empirical_bernstein_upper(q, variance, n, half)
     assert (p - low) / width == pytest.approx(min(kl, bernstein), rel=1e-6)
