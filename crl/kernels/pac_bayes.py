@@ -14,6 +14,20 @@
 - `crl.kernels.certificates.empirical_bernstein_upper(mean, variance, draws, delta)`: the same
   expectation bounded with the samples' variance (Maurer and Pontil 2009): losses that spread
   little next to their range make this the tighter of the two.
+- `excess_bound(excess, kl, n, delta_pb, delta_mc)`: a PAC-Bayes bound on L(Q) - L(h_ref), h_ref
+  a head fixed before the n units are seen, from Monte Carlo draws of X = l(W, z) - l(h_ref, z)
+  in [-1, 1] (W ~ Q, z a uniformly drawn unit). For X <= 1 and eta in [0, 1),
+  E exp(eta (E X - X) - psi(eta) X^2) <= 1 with psi(eta) = -ln(1 - eta) - eta (the pointwise
+  inequality exp(lambda y - psi(lambda) y^2) <= 1 + lambda y for y >= -1, at y = -X: Fan, Grama
+  and Liu 2012; the un-expected Bernstein inequality of Mhammedi, Grunwald and Guedj 2019), so
+  the PAC-Bayes change of measure gives, with probability >= 1 - delta_pb, for every Q and
+  every eta of the fixed grid `ETAS` (a union bound):
+      L(Q) - L(h_ref) <= E_Q[Lhat(W) - Lhat(h_ref)] + (psi(eta)/eta) E_Q[mean_i X_i^2]
+                         + (KL(Q || P) + ln(|ETAS| / delta_pb)) / (eta n).
+  The two empirical terms are one expectation, of Y = X + (psi(eta)/eta) X^2, bounded from the
+  draws (i.i.d. given the sample, mean exactly that expectation) at delta_mc / |ETAS| for each
+  eta. Where the Gibbs heads stay close to h_ref, X^2 is small and the bound's last term falls
+  as 1/n, not 1/sqrt(n).
 - `noise_scale(relative, radius, dims)`: the per-entry sigma whose noise has expected squared
   norm (relative R)^2, sigma = relative R / sqrt(dims): a grid fixed before any data is seen.
 - `gibbs_heads(mean, sigma, radius, count, gen)`: `count` heads W = P_R(mean + sigma E), E
@@ -39,9 +53,11 @@ from collections.abc import Callable
 import torch
 
 from crl.kernels import _validate, learner
-from crl.kernels.certificates import kl_inverse_upper
+from crl.kernels.certificates import held_out_upper, kl_inverse_upper
 
 __all__ = [
+    "ETAS",
+    "excess_bound",
     "gaussian_kl",
     "gibbs_anchor_means",
     "gibbs_draws",
@@ -90,6 +106,38 @@ def monte_carlo_upper(mean: float, draws: int, delta: float) -> float:
     draws = _validate.at_least("draws", draws, 1)
     delta = _validate.open_unit("delta", delta)
     return kl_inverse_upper(min(max(mean, 0.0), 1.0), math.log(1.0 / delta) / draws)
+
+
+# the fixed grid of eta for `excess_bound` (a union bound over it)
+ETAS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+
+
+def psi(eta: float) -> float:
+    """-ln(1 - eta) - eta, the un-expected Bernstein inequality's coefficient of X^2."""
+    return -math.log1p(-eta) - eta
+
+
+def excess_bound(
+    excess: torch.Tensor, kl: float, n: int, delta_pb: float, delta_mc: float
+) -> tuple[float, float]:
+    """The upper bound on L(Q) - L(h_ref) of the module docstring, minimised over `ETAS`, and
+    the eta that gives it. Shape: excess (K,) draws of X in [-1, 1], K >= 2."""
+    n = _validate.at_least("n", n, 1)
+    kl = _validate.nonnegative("kl", kl)
+    delta_pb = _validate.open_unit("delta_pb", delta_pb)
+    delta_mc = _validate.open_unit("delta_mc", delta_mc)
+    x = excess.double().clamp(-1.0, 1.0)
+    draws = _validate.at_least("draws", int(x.shape[0]), 2)
+    grid = len(ETAS)
+    best, best_eta = math.inf, ETAS[0]
+    for eta in ETAS:
+        c = psi(eta) / eta
+        unit = (x + c * x * x + 1.0) / (2.0 + c)  # Y = X + c X^2 in [-1, 1 + c], to [0, 1]
+        upper = held_out_upper(float(unit.mean()), float(unit.var()), draws, delta_mc / grid)
+        bound = upper * (2.0 + c) - 1.0 + (kl + math.log(grid / delta_pb)) / (eta * n)
+        if bound < best:
+            best, best_eta = bound, eta
+    return best, best_eta
 
 
 def noise_scale(relative: float, radius: float, dims: int) -> float:
