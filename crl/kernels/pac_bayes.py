@@ -57,7 +57,10 @@ from crl.kernels.certificates import held_out_upper, kl_inverse_upper
 
 __all__ = [
     "ETAS",
+    "block_reference_losses",
     "excess_bound",
+    "excess_terms",
+    "fixed_head_losses",
     "gaussian_kl",
     "gibbs_anchor_means",
     "gibbs_draws",
@@ -174,13 +177,15 @@ def gibbs_draws(
     temperature: float,
     gen: torch.Generator,
     budget: int = DRAW_BUDGET,
+    reference: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The losses of `count` independent draws (W, i): W = P_R(mean + sigma E) and i uniform
-    over the sample's anchors. The blocks' shares of the draws are drawn first (multinomial in
-    their sizes), then each block is visited once with its draws, so a streamed sample is made
-    once; the order of i.i.d. draws does not change their law. The losses are in float64 from
-    the float32 tables (exact widening). Shape: mean (d, p) -> (count,) float64, in the order
-    of the blocks."""
+    over the sample's anchors (with `reference` (d, p): the loss minus the reference head's on
+    the same anchor, `excess_terms`). The blocks' shares of the draws are drawn first
+    (multinomial in their sizes), then each block is visited once with its draws, so a streamed
+    sample is made once; the order of i.i.d. draws does not change their law. The losses are in
+    float64 from the float32 tables (exact widening). Shape: mean (d, p) -> (count,) float64,
+    in the order of the blocks."""
     count = _validate.at_least("count", count, 1)
     sizes = torch.tensor(learner.block_sizes(blocks), dtype=torch.float64)
     owner = torch.multinomial(sizes / sizes.sum(), count, replacement=True, generator=gen)
@@ -190,7 +195,21 @@ def gibbs_draws(
         if share == 0:
             continue
         units, terms, chunk = _block_units(blocks[b], loss, temperature, budget)
+        if reference is not None:
+            terms = excess_terms(terms, reference)
         out.append(unit_draws(mean, sigma, radius, units, share, terms, chunk, gen))
+    return torch.cat(out)
+
+
+def block_reference_losses(
+    head: torch.Tensor, blocks: learner.Blocks, loss: str, temperature: float
+) -> torch.Tensor:
+    """A fixed head's loss on every anchor of the sample, block after block, in float64 (as
+    the draws score it). Shape: head (d, p) -> (n,)."""
+    out = []
+    for b in range(len(learner.block_sizes(blocks))):
+        units, terms, chunk = _block_units(blocks[b], loss, temperature, DRAW_BUDGET)
+        out.append(fixed_head_losses(head, units, terms, chunk))
     return torch.cat(out)
 
 
@@ -261,6 +280,28 @@ def unit_means(
         rows = torch.arange(start, min(units, start + per_chunk)).repeat_interleave(heads)
         drawn = gibbs_heads(mean, sigma, radius, rows.shape[0], gen)
         out.append(terms(drawn, rows).reshape(-1, heads).mean(1))
+    return torch.cat(out)
+
+
+def excess_terms(terms: Terms, reference: torch.Tensor) -> Terms:
+    """The loss of head k on unit rows[k] minus the reference head's (d, p) on the same unit."""
+    ref = reference.double()
+
+    def out(heads: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return terms(heads, rows) - terms(ref.unsqueeze(0).expand(rows.shape[0], *ref.shape), rows)
+
+    return out
+
+
+@torch.no_grad()
+def fixed_head_losses(head: torch.Tensor, units: int, terms: Terms, chunk: int) -> torch.Tensor:
+    """A fixed head's loss on every one of `units` units, `chunk` at a time. Shape: head (d, p)
+    -> (units,) float64."""
+    head = head.double()
+    out = []
+    for start in range(0, units, chunk):
+        rows = torch.arange(start, min(units, start + chunk))
+        out.append(terms(head.unsqueeze(0).expand(rows.shape[0], *head.shape), rows))
     return torch.cat(out)
 
 

@@ -41,6 +41,7 @@ COMPARED = [
     "gamma_S",
     "cert_test_set",
     "cert_pb_data",
+    "cert_pb_ref",
     "learning_gain",
     "retrieval_auc",
     "linear_probe_accuracy",

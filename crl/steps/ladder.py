@@ -30,6 +30,17 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
   per draw whatever n is): the smaller of the kl bound (Langford and Caruana 2002) and the
   empirical Bernstein bound (Maurer and Pontil 2009), each at delta/4. The scale is chosen on
   `pilot_draws` draws per scale, whose randomness is independent of the final draws'.
+- `cert_pb_ref`: the data-dependent prior's mean h_ref as a reference head, fixed before the
+  bound's units are seen: L(Q) = L(h_ref) + (L(Q) - L(h_ref)), the first term by the test-set
+  certificate of h_ref on those units (`_reference`, at delta/3: `test_set_columns`'s bound),
+  the second by the excess-loss PAC-Bayes bound (crl.kernels.pac_bayes.excess_bound, `_gap`, at
+  its `_eta`) for the data-dependent certificate's posterior and prior, delta/3 for its
+  PAC-Bayes part (split evenly over the noise grid) and delta/3 for its Monte Carlo draws
+  (`mc_draws` fresh heads each scored against h_ref on one uniformly drawn unit). Where the
+  Gibbs heads' losses differ little from h_ref's, the excess term falls as 1/n and the
+  certificate sits near a test-set certificate of h_ref. Needs the family's draws of the excess
+  loss and h_ref's losses on the bound's units (`Prior.excess`, `Prior.reference`; reason
+  `NO_REFERENCE` without them).
 - Columns per certificate: the bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry),
   `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs risk), `_mc` (its upper bound),
   `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent Gibbs head's held-out loss, each
@@ -56,6 +67,7 @@ NOT_REQUESTED = "eval.ladder is not set"
 SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
 NO_RANGE = "the loss has no finite range"
 TOO_FEW = "fewer than two training units: no disjoint prior sample"
+NO_REFERENCE = "the family gives no draws of the excess loss over the prior's mean"
 
 _RUNG = ("", "_kl", "_n", "_sigma", "_prior_sigma", "_gibbs_train", "_mc", "_reason")
 PB_COLUMNS = (
@@ -64,6 +76,8 @@ PB_COLUMNS = (
     "gibbs_test_loss",
     "gibbs_test_loss_ci",
     "cert_pb_data_excess_ratio",
+    *(f"cert_pb_ref{suffix}" for suffix in ("", "_reference", "_gap", "_eta", "_reason")),
+    "cert_pb_ref_excess_ratio",
 )
 
 
@@ -137,6 +151,10 @@ class Prior:
     draws: Draws
     n: int
     units: Units | None = None
+    # draws of l(W, z) - l(mean, z) (W a Gibbs head, z a uniformly drawn unit of the n), and
+    # the prior mean's own losses on the n units (N,), both in the loss's units
+    excess: Draws | None = None
+    reference: torch.Tensor | None = None
 
 
 def optimise_posterior(
@@ -251,9 +269,35 @@ def test_set_not_applied(reason: str | None) -> dict:
 
 
 def not_applied(reason: str) -> dict:
-    """Every PAC-Bayes column null, both rungs with `reason`."""
+    """Every PAC-Bayes column null, every rung with `reason`."""
     out = {name: None for name in PB_COLUMNS}
-    return out | {"cert_pb_free_reason": reason, "cert_pb_data_reason": reason}
+    reasons = ("cert_pb_free_reason", "cert_pb_data_reason", "cert_pb_ref_reason")
+    return out | dict.fromkeys(reasons, reason)
+
+
+def reference_columns(
+    data: Certificate, prior: Prior, setting: Setting, gen: torch.Generator
+) -> dict:
+    """`cert_pb_ref` and its parts (module docstring), for the data-dependent certificate's
+    posterior N(data.mean, data.sigma^2 I) and prior N(prior.mean, data.prior_sigma^2 I)."""
+    if prior.excess is None or prior.reference is None:
+        return {
+            **{f"cert_pb_ref{s}": None for s in ("", "_reference", "_gap", "_eta")},
+            "cert_pb_ref_reason": NO_REFERENCE,
+        }
+    ladder, delta, scale = setting.ladder, setting.delta, setting.scale
+    reference = test_set_columns(prior.reference, scale, delta / 3)["cert_test_set"]
+    excess = prior.excess(data.mean, data.sigma, ladder.mc_draws, gen) / scale.width
+    level = delta / 3 / len(ladder.noise)
+    gap, eta = pac_bayes.excess_bound(excess, data.kl, prior.n, level, delta / 3)
+    upper = scale.low + scale.width  # the loss's top: no certificate says more
+    return {
+        "cert_pb_ref": min(reference + gap * scale.width, upper),
+        "cert_pb_ref_reference": reference,
+        "cert_pb_ref_gap": gap * scale.width,
+        "cert_pb_ref_eta": eta,
+        "cert_pb_ref_reason": None,
+    }
 
 
 def rung_columns(prefix: str, cert: Certificate, scale: Scale) -> dict:
@@ -297,6 +341,7 @@ def pac_bayes_columns(
     data = certificate(aligned, prior_mean, prior.draws, prior.n, setting, gen, prior.units)
     scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
+    out |= reference_columns(data, prior, setting, gen)
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)
     gibbs_test = float(per_unit.mean())
@@ -304,7 +349,11 @@ def pac_bayes_columns(
     test_unit = min(max(scale.to_unit(gibbs_test), 0.0), 1.0)
     reference = certificates.held_out_bound(test_unit, data.n, delta) - test_unit
     excess = data.bound - test_unit
+    ref_excess = None
+    if out["cert_pb_ref"] is not None and reference > 0:
+        ref_excess = (scale.to_unit(out["cert_pb_ref"]) - test_unit) / reference
     return out | {
+        "cert_pb_ref_excess_ratio": ref_excess,
         "gibbs_test_loss": gibbs_test,
         "gibbs_test_loss_ci": (
             float(stats.normal_half_width(per_unit.std(), n_test)) if n_test > 1 else None

@@ -5,7 +5,8 @@ bounds on (or estimates of) the head's population loss, in fractions of the loss
 ((value - loss_min) / loss_range, so that losses below 0, as LSE's, show):
 
 held-out loss (`test_loss`), the data-dependent Gibbs head's held-out loss (`gibbs_test_loss`),
-the test-set certificate, the PAC-Bayes certificates (data-free, data-dependent), the best
+the test-set certificate, the PAC-Bayes certificates (data-free, data-dependent, and over the
+data-dependent prior's mean as a reference), the best
 Rademacher bound read as `train_loss + best_bound` (`best_dense_bound` for dense cells), and
 `train_loss + uniform_deviation_est` (the uniform deviation the Rademacher bounds bound,
 estimated from below; single-modality cells)."""
@@ -31,6 +32,7 @@ RUNGS = [
     ("test-set certificate", pl.col("cert_test_set_mean"), "tab:green", "-"),
     ("PAC-Bayes, data-dependent prior", pl.col("cert_pb_data_mean"), "tab:blue", "-"),
     ("PAC-Bayes, data-free prior", pl.col("cert_pb_free_mean"), "tab:cyan", "-"),
+    ("PAC-Bayes, excess over the prior's mean", pl.col("cert_pb_ref_mean"), "tab:purple", "-"),
     ("best Rademacher bound", pl.col("train_loss_mean") + pl.col("_rademacher"), "tab:red", "-"),
     (
         "train + uniform deviation est.",
@@ -123,6 +125,8 @@ def section(
         "cert_pb_data_excess_ratio_mean",
         "cert_pb_free_mean",
         "cert_pb_free_kl_mean",
+        "cert_pb_ref_mean",
+        "cert_pb_ref_excess_ratio_mean",
         *BOUNDS,
         "uniform_deviation_est_mean",
         "gap_mean",

@@ -35,6 +35,7 @@ QUANTITIES = (
     ("best Rademacher bound", "best_dense_bound_mean", None, "tab:red", "-"),
     ("test-set excess", "cert_test_set_mean", "test_loss_m_mean", "tab:green", "-"),
     ("PAC-Bayes data excess", "cert_pb_data_mean", "gibbs_test_loss_mean", "tab:blue", "-"),
+    ("PAC-Bayes ref excess", "cert_pb_ref_mean", "gibbs_test_loss_mean", "tab:purple", "-"),
     (
         "PAC-Bayes free excess",
         "cert_pb_free_mean",

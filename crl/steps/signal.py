@@ -28,7 +28,7 @@ SIGNAL_COLUMNS = (
     "learned",
     "gap_snr",
 )
-RUNGS = ("rademacher", "test_set", "pb_free", "pb_data")
+RUNGS = ("rademacher", "test_set", "pb_free", "pb_data", "pb_ref")
 
 
 def exact_signal_columns(trivial_loss: float, test_loss: float, loss_range: float | None) -> dict:

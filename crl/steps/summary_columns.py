@@ -50,6 +50,10 @@ SUMMARISED = [
     "cert_pb_data_kl",
     "gibbs_test_loss",
     "cert_pb_data_excess_ratio",
+    "cert_pb_ref",
+    "cert_pb_ref_reference",
+    "cert_pb_ref_gap",
+    "cert_pb_ref_excess_ratio",
     "uniform_deviation_est",
     # paired cells (crl.steps.paired.model_cell, .split_cell)
     "auc_error",
@@ -125,6 +129,7 @@ HOLDS = [
     "learning_certified_test_set",
     "learning_certified_pb_free",
     "learning_certified_pb_data",
+    "learning_certified_pb_ref",
 ]
 FIRST = [
     "family",

@@ -47,6 +47,7 @@ SLOPE_QUANTITIES = [
 EXCESS_QUANTITIES = {
     "cert_test_set_excess": ("cert_test_set", "test_loss_m"),
     "cert_pb_data_excess": ("cert_pb_data", "gibbs_test_loss"),
+    "cert_pb_ref_excess": ("cert_pb_ref", "gibbs_test_loss"),
     "cert_pb_free_excess": ("cert_pb_free", "cert_pb_free_gibbs_test"),
 }
 FITS_SCHEMA = {

@@ -83,8 +83,12 @@ def pac_bayes_columns(
             return rungs.not_applied(reason)
     R, T = radius, temperature
 
-    def on(b: Batch) -> rungs.Draws:
+    def on(b: Batch, reference: torch.Tensor | None = None) -> rungs.Draws:
+        """Draws of a Gibbs head's objective on the batch's images (with `reference`: its
+        excess over the reference head's on the same image)."""
         terms, chunk = _terms(b, negative_set, T, lam), _chunk(b)
+        if reference is not None:
+            terms = pac_bayes.excess_terms(terms, reference)
 
         def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
             return pac_bayes.unit_draws(mean, sigma, R, b.n, count, terms, chunk, g)
@@ -97,8 +101,11 @@ def pac_bayes_columns(
         prior_spec = SolverSpec(solver.tol, cap)
         prefix, rest = train.part(0, count), train.part(count, train.n)
         mean = fit(prefix, negative_set, lam, tuple(head.shape), R, T, prior_spec, gen).params
-        units = rungs.Units(_terms(rest, negative_set, T, lam), rest.n)
-        return rungs.Prior(mean.detach(), on(rest), rest.n, units)
+        mean = mean.detach()
+        rest_terms = _terms(rest, negative_set, T, lam)
+        reference = pac_bayes.fixed_head_losses(mean, rest.n, rest_terms, _chunk(rest))
+        units = rungs.Units(rest_terms, rest.n)
+        return rungs.Prior(mean, on(rest), rest.n, units, on(rest, mean), reference)
 
     held_terms, held_chunk = _terms(test, negative_set, T, lam), _chunk(test)
 
@@ -124,5 +131,6 @@ def certified_learning(row: dict) -> dict:
             "test_set": row["cert_test_set"],
             "pb_free": row["cert_pb_free"],
             "pb_data": row["cert_pb_data"],
+            "pb_ref": row["cert_pb_ref"],
         },
     )

@@ -41,7 +41,7 @@ from crl.kernels import losses, pac_bayes, score_model
 from crl.kernels.score_model import PairedSample, QuadraticScore
 from crl.kernels.solver import SolverSpec
 from crl.steps import ladder as rungs
-from crl.steps.signal import certified_learning_columns
+from crl.steps.signal import RUNGS, certified_learning_columns
 
 EXACT = "the population loss L(s) is exact here (test_loss_exact): nothing to certify"
 UNBOUNDED = "Gaussian features are unbounded: the loss has no finite range (A1 fails)"
@@ -118,8 +118,12 @@ def pac_bayes_columns(
             return rungs.not_applied(reason)
     R, T, n = radius, temperature, int(sample.x.shape[0])
 
-    def on(part: PairedSample) -> rungs.Draws:
+    def on(part: PairedSample, reference: torch.Tensor | None = None) -> rungs.Draws:
+        """Draws of a Gibbs head's loss on the part's pairs (with `reference`: its excess over
+        the reference head's on the same pair)."""
         terms, chunk, count_units = unit_terms(part, T), _chunk(part), int(part.x.shape[0])
+        if reference is not None:
+            terms = pac_bayes.excess_terms(terms, reference)
 
         def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
             return pac_bayes.unit_draws(mean, sigma, R, count_units, count, terms, chunk, g)
@@ -134,7 +138,15 @@ def pac_bayes_columns(
         prefix, rest = _part(sample, 0, count), _part(sample, count, n)
         spec = SolverSpec(solver.tol, ladder.prior_iterations or solver.max_iter)
         prior, _ = score_model.fit(prefix, R, T, spec)
-        return rungs.Prior(flat(prior), on(rest), n - count, units(rest))
+        mean = flat(prior)
+        return rungs.Prior(
+            mean,
+            on(rest),
+            n - count,
+            units(rest),
+            on(rest, mean),
+            held_out_terms(prior, rest, T),
+        )
 
     held_terms, held_chunk, held_n = unit_terms(held, T), _chunk(held), int(held.x.shape[0])
 
@@ -153,7 +165,7 @@ def exact_columns(row: dict) -> dict:
     """The ladder's columns of an unclipped Gaussian cell: every rung with its reason."""
     out = rungs.test_set_not_applied(EXACT) | rungs.not_applied(UNBOUNDED)
     out |= {"test_loss_m": None, "test_loss_m_ci": None}
-    rungs_none = {"rademacher": None, "test_set": None, "pb_free": None, "pb_data": None}
+    rungs_none = dict.fromkeys(RUNGS)
     return out | certified_learning_columns(row["trivial_loss"], rungs_none)
 
 
@@ -188,5 +200,6 @@ def ladder_columns(
         "test_set": out["cert_test_set"],
         "pb_free": out["cert_pb_free"],
         "pb_data": out["cert_pb_data"],
+        "pb_ref": out["cert_pb_ref"],
     }
     return out | certified_learning_columns(row["trivial_loss"], candidates)

@@ -300,6 +300,7 @@ def _certified_learning(row: dict) -> dict:
             "test_set": row["cert_test_set"],
             "pb_free": row.get("cert_pb_free"),
             "pb_data": row.get("cert_pb_data"),
+            "pb_ref": row.get("cert_pb_ref"),
         },
     )
 

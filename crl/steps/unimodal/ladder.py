@@ -82,9 +82,14 @@ def pac_bayes_columns(
         return rungs.not_applied(reason)
     R, T = config.model.R, ev.temperature
 
-    def on(blocks: learner.Blocks) -> rungs.Draws:
+    def on(blocks: learner.Blocks, reference: torch.Tensor | None = None) -> rungs.Draws:
+        """Draws of a Gibbs head's loss on the blocks' tuples (with `reference`: its excess over
+        the reference head's on the same tuple)."""
+
         def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
-            return pac_bayes.gibbs_draws(mean, sigma, R, blocks, count, key.loss, T, g)
+            return pac_bayes.gibbs_draws(
+                mean, sigma, R, blocks, count, key.loss, T, g, reference=reference
+            )
 
         return draws
 
@@ -99,8 +104,9 @@ def pac_bayes_columns(
     def fit_prior() -> rungs.Prior:
         count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
         prior_draw, rest = sampling.split_anchors(draw, count)
-        prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0]
-        return rungs.Prior(prior, on(rest), rest.n, units(rest))
+        prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0].double()
+        reference = pac_bayes.block_reference_losses(prior, rest, key.loss, T)
+        return rungs.Prior(prior, on(rest), rest.n, units(rest), on(rest, prior), reference)
 
     def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
         return pac_bayes.gibbs_anchor_means(

@@ -159,6 +159,9 @@ def test_a_dense_cell_carries_the_ladder(cells: dict) -> None:
         assert row[f"{name}_reason"] is None
         assert high >= row[name] >= row[f"{name}_mc"] >= row[f"{name}_gibbs_train"] >= low
     assert row["cert_pb_free_n"] == 16 and row["cert_pb_data_n"] == 8
+    assert row["cert_pb_ref_reason"] is None and low < row["cert_pb_ref_reference"] <= high
+    expected = min(row["cert_pb_ref_reference"] + row["cert_pb_ref_gap"], high)
+    assert row["cert_pb_ref"] == pytest.approx(expected, rel=1e-12)
     assert row["ladder_seconds"] > 0
     n_test = row["test_anchors"]
     unit = certificates.scaled(row["test_loss"], low, width)

@@ -126,6 +126,15 @@ def test_the_pac_bayes_rungs_of_a_clipped_scrl_cell(with_ladder: list[dict]) -> 
     assert scrl["cert_pb_data"] > scrl["gibbs_test_loss"] - scrl["gibbs_test_loss_ci"]
     assert scrl["cert_pb_free"] > scrl["cert_pb_free_gibbs_test"]
     assert scrl["learning_certified_pb_data"] == (scrl["cert_pb_data"] < 0.0)
+    # the excess rung: h_ref's test-set certificate plus the excess bound (at n = 128 looser
+    # than the kl rung: its terms are 1/n, with the eta grid's and the three-way delta's cost)
+    assert scrl["cert_pb_ref_reason"] is None and scrl["cert_pb_ref_eta"] > 0
+    assert scrl["cert_pb_ref"] == pytest.approx(
+        scrl["cert_pb_ref_reference"] + scrl["cert_pb_ref_gap"], rel=1e-12
+    )
+    assert scrl["cert_pb_ref"] > scrl["gibbs_test_loss"] - scrl["gibbs_test_loss_ci"]
+    assert scrl["cert_pb_ref"] <= scrl["loss_min"] + scrl["loss_range"]
+    assert scrl["learning_certified_pb_ref"] == (scrl["cert_pb_ref"] < 0.0)
     assert scrl["ladder_seconds"] > 0
 
 
@@ -138,6 +147,7 @@ def test_the_ladder_moves_no_other_column(with_ladder: list[dict]) -> None:
         "cell_id",
         "learning_certified_pb_free",
         "learning_certified_pb_data",
+        "learning_certified_pb_ref",
     }
     for a, b in zip(plain, with_ladder, strict=True):
         for name in set(a) - ladder_only:

@@ -74,6 +74,12 @@ def test_a_cell_carries_the_ladder(
     trivial = row["trivial_loss"]
     assert row["learning_certified_pb_data"] == (row["cert_pb_data"] < trivial)
     assert row["learning_certified_pb_free"] == (row["cert_pb_free"] < trivial)
+    assert row["learning_certified_pb_ref"] == (row["cert_pb_ref"] < trivial)
+    # the excess rung: the prior mean's test-set certificate plus the excess bound
+    assert row["cert_pb_ref_reason"] is None
+    expected = min(row["cert_pb_ref_reference"] + row["cert_pb_ref_gap"], high)
+    assert row["cert_pb_ref"] == pytest.approx(expected, rel=1e-12)
+    assert low < row["cert_pb_ref_reference"] <= high
     assert row["learning_certified_test_set"] == (row["cert_test_set"] < trivial)
     rademacher = row["train_loss"] + row["best_bound"]
     assert row["learning_certified_rademacher"] == (rademacher < trivial)
