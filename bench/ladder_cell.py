@@ -40,6 +40,10 @@ SHOWN = (
     "cert_pb_data_kl",
     "cert_pb_free",
     "cert_pb_data_excess_ratio",
+    "cert_pb_ref",
+    "cert_pb_ref_reference",
+    "cert_pb_ref_gap",
+    "cert_pb_ref_excess_ratio",
 )
 
 
