@@ -59,7 +59,6 @@ __all__ = [
     "ETAS",
     "block_reference_losses",
     "excess_bound",
-    "excess_terms",
     "fixed_head_losses",
     "gaussian_kl",
     "gibbs_anchor_means",
@@ -177,28 +176,28 @@ def gibbs_draws(
     temperature: float,
     gen: torch.Generator,
     budget: int = DRAW_BUDGET,
-    reference: torch.Tensor | None = None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The losses of `count` independent draws (W, i): W = P_R(mean + sigma E) and i uniform
-    over the sample's anchors (with `reference` (d, p): the loss minus the reference head's on
-    the same anchor, `excess_terms`). The blocks' shares of the draws are drawn first
-    (multinomial in their sizes), then each block is visited once with its draws, so a streamed
-    sample is made once; the order of i.i.d. draws does not change their law. The losses are in
-    float64 from the float32 tables (exact widening). Shape: mean (d, p) -> (count,) float64,
-    in the order of the blocks."""
+    over the sample's anchors, and each draw's anchor i (its index in the sample, blocks in
+    order). The blocks' shares of the draws are drawn first (multinomial in their sizes), then
+    each block is visited once with its draws, so a streamed sample is made once; the order of
+    i.i.d. draws does not change their law. The losses are in float64 from the float32 tables
+    (exact widening). Shape: mean (d, p) -> (count,) float64 and (count,) int64, in the order
+    of the blocks."""
     count = _validate.at_least("count", count, 1)
     sizes = torch.tensor(learner.block_sizes(blocks), dtype=torch.float64)
     owner = torch.multinomial(sizes / sizes.sum(), count, replacement=True, generator=gen)
     shares = torch.bincount(owner, minlength=len(sizes)).tolist()
-    out = []
+    offsets = [0, *torch.cumsum(sizes, 0).long().tolist()]
+    losses, rows = [], []
     for b, share in enumerate(shares):
         if share == 0:
             continue
         units, terms, chunk = _block_units(blocks[b], loss, temperature, budget)
-        if reference is not None:
-            terms = excess_terms(terms, reference)
-        out.append(unit_draws(mean, sigma, radius, units, share, terms, chunk, gen))
-    return torch.cat(out)
+        drawn, at = unit_draws(mean, sigma, radius, units, share, terms, chunk, gen)
+        losses.append(drawn)
+        rows.append(at + offsets[b])
+    return torch.cat(losses), torch.cat(rows)
 
 
 def block_reference_losses(
@@ -245,19 +244,21 @@ def unit_draws(
     terms: Terms,
     chunk: int,
     gen: torch.Generator,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The losses of `count` independent draws (W, i), W = P_R(mean + sigma E) and i uniform
     over `units` i.i.d. units (an anchor's tuple, an image with its negatives), `chunk` draws at
-    a time, each chunk's heads drawn before its units. Shape: mean (d, p) -> (count,)."""
+    a time, each chunk's heads drawn before its units, and each draw's unit i. Shape: mean
+    (d, p) -> (count,) float64 and (count,) int64."""
     count = _validate.at_least("count", count, 1)
     units = _validate.at_least("units", units, 1)
-    out = []
+    losses, drawn_rows = [], []
     for start in range(0, count, chunk):
         c = min(chunk, count - start)
         heads = gibbs_heads(mean, sigma, radius, c, gen)
         rows = torch.randint(0, units, (c,), generator=gen)
-        out.append(terms(heads, rows))
-    return torch.cat(out)
+        losses.append(terms(heads, rows))
+        drawn_rows.append(rows)
+    return torch.cat(losses), torch.cat(drawn_rows)
 
 
 @torch.no_grad()
@@ -281,16 +282,6 @@ def unit_means(
         drawn = gibbs_heads(mean, sigma, radius, rows.shape[0], gen)
         out.append(terms(drawn, rows).reshape(-1, heads).mean(1))
     return torch.cat(out)
-
-
-def excess_terms(terms: Terms, reference: torch.Tensor) -> Terms:
-    """The loss of head k on unit rows[k] minus the reference head's (d, p) on the same unit."""
-    ref = reference.double()
-
-    def out(heads: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        return terms(heads, rows) - terms(ref.unsqueeze(0).expand(rows.shape[0], *ref.shape), rows)
-
-    return out
 
 
 @torch.no_grad()

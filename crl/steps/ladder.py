@@ -36,11 +36,10 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
   the second by the excess-loss PAC-Bayes bound (crl.kernels.pac_bayes.excess_bound, `_gap`, at
   its `_eta`) for the data-dependent certificate's posterior and prior, delta/3 for its
   PAC-Bayes part (split evenly over the noise grid) and delta/3 for its Monte Carlo draws
-  (`mc_draws` fresh heads each scored against h_ref on one uniformly drawn unit). Where the
-  Gibbs heads' losses differ little from h_ref's, the excess term falls as 1/n and the
-  certificate sits near a test-set certificate of h_ref. Needs the family's draws of the excess
-  loss and h_ref's losses on the bound's units (`Prior.excess`, `Prior.reference`; reason
-  `NO_REFERENCE` without them).
+  (the data-dependent rung's `mc_draws` draws, each a fresh head on a uniformly drawn unit, less
+  h_ref's loss on that unit). Where the Gibbs heads' losses differ little from h_ref's, the
+  excess term falls as 1/n and the certificate sits near a test-set certificate of h_ref. Needs
+  h_ref's losses on the bound's units (`Prior.reference`; reason `NO_REFERENCE` without them).
 - Columns per certificate: the bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry),
   `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs risk), `_mc` (its upper bound),
   `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent Gibbs head's held-out loss, each
@@ -67,7 +66,7 @@ NOT_REQUESTED = "eval.ladder is not set"
 SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
 NO_RANGE = "the loss has no finite range"
 TOO_FEW = "fewer than two training units: no disjoint prior sample"
-NO_REFERENCE = "the family gives no draws of the excess loss over the prior's mean"
+NO_REFERENCE = "the family gives no losses of the prior's mean on the bound's units"
 
 _RUNG = ("", "_kl", "_n", "_sigma", "_prior_sigma", "_gibbs_train", "_mc", "_reason")
 PB_COLUMNS = (
@@ -123,11 +122,14 @@ class Certificate:
     mc: float
     mean: torch.Tensor  # (d, p)
     prior_sigma: float
+    draws: torch.Tensor  # (mc_draws,) the Monte Carlo draws' losses, in [0, 1]
+    rows: torch.Tensor  # (mc_draws,) each draw's unit
 
 
 # (mean (d, p), sigma, count, generator) -> the losses of `count` i.i.d. draws of a Gibbs head
-# scored on a uniformly drawn training unit, (count,) in the loss's units
-Draws = Callable[[torch.Tensor, float, int, torch.Generator], torch.Tensor]
+# scored on a uniformly drawn training unit, (count,) in the loss's units, and each draw's unit
+# (count,) (its index among the units the draws are on)
+Draws = Callable[[torch.Tensor, float, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 # (mean (d, p), sigma) -> each held-out unit's loss averaged over fresh Gibbs heads, (N,)
 HeldOut = Callable[[torch.Tensor, float], torch.Tensor]
 
@@ -151,9 +153,8 @@ class Prior:
     draws: Draws
     n: int
     units: Units | None = None
-    # draws of l(W, z) - l(mean, z) (W a Gibbs head, z a uniformly drawn unit of the n), and
-    # the prior mean's own losses on the n units (N,), both in the loss's units
-    excess: Draws | None = None
+    # the prior mean's own losses on the n units (n,), in the loss's units, in the order the
+    # draws index them
     reference: torch.Tensor | None = None
 
 
@@ -218,14 +219,15 @@ def certificate(
 
     def plug_in(sigma: float) -> float:
         kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
-        empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen).mean()))
+        empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen)[0].mean()))
         return pac_bayes.pac_bayes_kl_bound(empirical, kl, n, level)
 
     prior_sigma = min(sigmas, key=plug_in)
     sigma = prior_sigma
     if ladder.posterior_steps > 0 and units is not None:
         mean, sigma = optimise_posterior(mean, prior, prior_sigma, units, n, level, setting, gen)
-    unit = (draws(mean, sigma, ladder.mc_draws, gen) - scale.low) / scale.width  # in [0, 1]
+    losses, rows = draws(mean, sigma, ladder.mc_draws, gen)
+    unit = (losses - scale.low) / scale.width  # in [0, 1]
     gibbs_train = float(unit.mean())
     mc = pac_bayes.monte_carlo_upper(gibbs_train, ladder.mc_draws, delta / 4)
     variance = float(unit.var(correction=1))
@@ -235,7 +237,7 @@ def certificate(
     mc = min(mc, bernstein)
     kl = pac_bayes.gaussian_kl(mean, prior, sigma, prior_sigma)
     bound = pac_bayes.pac_bayes_kl_bound(mc, kl, n, level)
-    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean, prior_sigma)
+    return Certificate(bound, kl, n, sigma, gibbs_train, mc, mean, prior_sigma, unit, rows)
 
 
 def test_set_columns(terms: torch.Tensor, scale: Scale | None, delta: float) -> dict:
@@ -275,19 +277,19 @@ def not_applied(reason: str) -> dict:
     return out | dict.fromkeys(reasons, reason)
 
 
-def reference_columns(
-    data: Certificate, prior: Prior, setting: Setting, gen: torch.Generator
-) -> dict:
+def reference_columns(data: Certificate, prior: Prior, setting: Setting) -> dict:
     """`cert_pb_ref` and its parts (module docstring), for the data-dependent certificate's
     posterior N(data.mean, data.sigma^2 I) and prior N(prior.mean, data.prior_sigma^2 I)."""
-    if prior.excess is None or prior.reference is None:
+    if prior.reference is None:
         return {
             **{f"cert_pb_ref{s}": None for s in ("", "_reference", "_gap", "_eta")},
             "cert_pb_ref_reason": NO_REFERENCE,
         }
     ladder, delta, scale = setting.ladder, setting.delta, setting.scale
     reference = test_set_columns(prior.reference, scale, delta / 3)["cert_test_set"]
-    excess = prior.excess(data.mean, data.sigma, ladder.mc_draws, gen) / scale.width
+    # the data-dependent certificate's own Monte Carlo draws, each against the reference's loss
+    # on the same unit (a union bound: these draws serve both rungs, each at its own level)
+    excess = data.draws - (prior.reference.double()[data.rows] - scale.low) / scale.width
     level = delta / 3 / len(ladder.noise)
     gap, eta = pac_bayes.excess_bound(excess, data.kl, prior.n, level, delta / 3)
     upper = scale.low + scale.width  # the loss's top: no certificate says more
@@ -341,7 +343,7 @@ def pac_bayes_columns(
     data = certificate(aligned, prior_mean, prior.draws, prior.n, setting, gen, prior.units)
     scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
-    out |= reference_columns(data, prior, setting, gen)
+    out |= reference_columns(data, prior, setting)
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)
     gibbs_test = float(per_unit.mean())

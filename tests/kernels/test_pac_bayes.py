@@ -137,7 +137,7 @@ def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: b
     ((views, sample),) = _blocks(shared, gen, (30,))
     mean = 0.5 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
     seed = int(torch.randint(0, 2**31, (1,), generator=gen))
-    drawn = pac_bayes.gibbs_draws(
+    drawn, drawn_rows = pac_bayes.gibbs_draws(
         mean,
         0.4,
         2.0,
@@ -150,10 +150,11 @@ def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: b
     )
     replay = torch.Generator().manual_seed(seed)
     torch.multinomial(torch.ones(1, dtype=torch.float64), 7, replacement=True, generator=replay)
-    expected = []
+    expected, expected_rows = [], []
     for c in (3, 3, 1):
         heads = pac_bayes.gibbs_heads(mean, 0.4, 2.0, c, replay)
         rows = torch.randint(0, 30, (c,), generator=replay)
+        expected_rows += rows.tolist()
         for head, i in zip(heads, rows.tolist(), strict=True):
             wide = learner.Views(
                 *(t.double() for t in (views.anchor, views.positive, views.negative)),
@@ -163,7 +164,7 @@ def test_gibbs_draws_are_a_head_on_an_anchor_against_a_loop(loss: str, shared: b
             expected.append(
                 float(learner.per_anchor_loss(head, wide, sample.part(slice(i, i + 1)), loss, 0.5))
             )
-    assert drawn.dtype == torch.float64
+    assert drawn.dtype == torch.float64 and drawn_rows.tolist() == expected_rows
     assert torch.allclose(
         drawn, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-12
     )
@@ -175,7 +176,8 @@ def test_gibbs_draws_average_to_the_empirical_gibbs_risk() -> None:
     gen = torch.Generator().manual_seed(5)
     blocks = _blocks(False, gen, (40, 10, 25))
     mean = 0.8 * torch.randn(3, 5, generator=gen, dtype=torch.float64)
-    drawn = pac_bayes.gibbs_draws(mean, 0.5, 2.0, blocks, 60_000, "info_nce", 0.5, gen)
+    drawn, rows = pac_bayes.gibbs_draws(mean, 0.5, 2.0, blocks, 60_000, "info_nce", 0.5, gen)
+    assert int(rows.min()) >= 0 and int(rows.max()) < 75  # indices into the blocks in order
     heads = pac_bayes.gibbs_heads(mean, 0.5, 2.0, 4000, gen)
     exact = torch.stack(
         [

@@ -23,11 +23,13 @@ def _threshold_draws(z: np.ndarray, radius: float) -> ladder.Draws:
     a Gibbs head on a uniformly drawn z_i."""
     values = torch.from_numpy(z)
 
-    def draws(mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator) -> torch.Tensor:
+    def draws(
+        mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         heads = pac_bayes.gibbs_heads(mean, sigma, radius, count, gen).reshape(-1)
         rows = torch.randint(0, len(z), (count,), generator=gen)
         cut = torch.from_numpy(norm.cdf(heads.numpy()))
-        return (values[rows] < cut).double()
+        return (values[rows] < cut).double(), rows
 
     return draws
 
@@ -56,7 +58,7 @@ def test_the_monte_carlo_term_covers_the_exact_empirical_gibbs_risk() -> None:
     gen = torch.Generator().manual_seed(4)
     means, misses = [], 0
     for _ in range(reps):
-        unit = sample(mean, sigma, draws, gen)
+        unit, _ = sample(mean, sigma, draws, gen)
         average = float(unit.mean())
         upper = min(
             pac_bayes.monte_carlo_upper(average, draws, delta / 2),
@@ -116,11 +118,13 @@ def _smooth_units(z: np.ndarray, width: float) -> ladder.Units:
 
 
 def _smooth_draws(units: ladder.Units, radius: float) -> ladder.Draws:
-    def draws(mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator) -> torch.Tensor:
+    def draws(
+        mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         heads = pac_bayes.gibbs_heads(mean, sigma, radius, count, gen)
         rows = torch.randint(0, units.count, (count,), generator=gen)
         with torch.no_grad():
-            return units.terms(heads, rows)
+            return units.terms(heads, rows), rows
 
     return draws
 

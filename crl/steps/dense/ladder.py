@@ -83,14 +83,12 @@ def pac_bayes_columns(
             return rungs.not_applied(reason)
     R, T = radius, temperature
 
-    def on(b: Batch, reference: torch.Tensor | None = None) -> rungs.Draws:
-        """Draws of a Gibbs head's objective on the batch's images (with `reference`: its
-        excess over the reference head's on the same image)."""
+    def on(b: Batch) -> rungs.Draws:
         terms, chunk = _terms(b, negative_set, T, lam), _chunk(b)
-        if reference is not None:
-            terms = pac_bayes.excess_terms(terms, reference)
 
-        def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
+        def draws(
+            mean: torch.Tensor, sigma: float, count: int, g: torch.Generator
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             return pac_bayes.unit_draws(mean, sigma, R, b.n, count, terms, chunk, g)
 
         return draws
@@ -105,7 +103,7 @@ def pac_bayes_columns(
         rest_terms = _terms(rest, negative_set, T, lam)
         reference = pac_bayes.fixed_head_losses(mean, rest.n, rest_terms, _chunk(rest))
         units = rungs.Units(rest_terms, rest.n)
-        return rungs.Prior(mean, on(rest), rest.n, units, on(rest, mean), reference)
+        return rungs.Prior(mean, on(rest), rest.n, units, reference)
 
     held_terms, held_chunk = _terms(test, negative_set, T, lam), _chunk(test)
 

@@ -118,14 +118,12 @@ def pac_bayes_columns(
             return rungs.not_applied(reason)
     R, T, n = radius, temperature, int(sample.x.shape[0])
 
-    def on(part: PairedSample, reference: torch.Tensor | None = None) -> rungs.Draws:
-        """Draws of a Gibbs head's loss on the part's pairs (with `reference`: its excess over
-        the reference head's on the same pair)."""
+    def on(part: PairedSample) -> rungs.Draws:
         terms, chunk, count_units = unit_terms(part, T), _chunk(part), int(part.x.shape[0])
-        if reference is not None:
-            terms = pac_bayes.excess_terms(terms, reference)
 
-        def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
+        def draws(
+            mean: torch.Tensor, sigma: float, count: int, g: torch.Generator
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             return pac_bayes.unit_draws(mean, sigma, R, count_units, count, terms, chunk, g)
 
         return draws
@@ -138,15 +136,8 @@ def pac_bayes_columns(
         prefix, rest = _part(sample, 0, count), _part(sample, count, n)
         spec = SolverSpec(solver.tol, ladder.prior_iterations or solver.max_iter)
         prior, _ = score_model.fit(prefix, R, T, spec)
-        mean = flat(prior)
-        return rungs.Prior(
-            mean,
-            on(rest),
-            n - count,
-            units(rest),
-            on(rest, mean),
-            held_out_terms(prior, rest, T),
-        )
+        reference = held_out_terms(prior, rest, T)
+        return rungs.Prior(flat(prior), on(rest), n - count, units(rest), reference)
 
     held_terms, held_chunk, held_n = unit_terms(held, T), _chunk(held), int(held.x.shape[0])
 

@@ -82,14 +82,11 @@ def pac_bayes_columns(
         return rungs.not_applied(reason)
     R, T = config.model.R, ev.temperature
 
-    def on(blocks: learner.Blocks, reference: torch.Tensor | None = None) -> rungs.Draws:
-        """Draws of a Gibbs head's loss on the blocks' tuples (with `reference`: its excess over
-        the reference head's on the same tuple)."""
-
-        def draws(mean: torch.Tensor, sigma: float, count: int, g: torch.Generator) -> torch.Tensor:
-            return pac_bayes.gibbs_draws(
-                mean, sigma, R, blocks, count, key.loss, T, g, reference=reference
-            )
+    def on(blocks: learner.Blocks) -> rungs.Draws:
+        def draws(
+            mean: torch.Tensor, sigma: float, count: int, g: torch.Generator
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            return pac_bayes.gibbs_draws(mean, sigma, R, blocks, count, key.loss, T, g)
 
         return draws
 
@@ -106,7 +103,7 @@ def pac_bayes_columns(
         prior_draw, rest = sampling.split_anchors(draw, count)
         prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0].double()
         reference = pac_bayes.block_reference_losses(prior, rest, key.loss, T)
-        return rungs.Prior(prior, on(rest), rest.n, units(rest), on(rest, prior), reference)
+        return rungs.Prior(prior, on(rest), rest.n, units(rest), reference)
 
     def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
         return pac_bayes.gibbs_anchor_means(

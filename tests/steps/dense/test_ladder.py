@@ -76,7 +76,7 @@ def test_dense_draws_are_unbiased_for_the_empirical_gibbs_risk() -> None:
     b = _batch(12, 3, 4, 5, gen)
     mean, sigma, R = torch.randn(2, 5, generator=gen, dtype=F64), 0.4, 1.5
     terms = dense_ladder._terms(b, "own", 0.5, 0.7)
-    draws = pac_bayes.unit_draws(mean, sigma, R, b.n, 20000, terms, 512, gen)
+    draws, _ = pac_bayes.unit_draws(mean, sigma, R, b.n, 20000, terms, 512, gen)
     heads = pac_bayes.gibbs_heads(mean, sigma, R, 3000, gen)
     every = torch.stack([objective(h, b, "own", 0.5, 0.7).mean() for h in heads])
     assert torch.linalg.vector_norm(heads.flatten(1), dim=1).max() <= R + 1e-12

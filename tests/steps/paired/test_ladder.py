@@ -161,7 +161,7 @@ def test_draws_of_a_nearly_deterministic_gibbs_head_average_to_the_empirical_ris
     score, _ = score_model.fit(sample, 1.5, 1.0, SolverSpec(1e-8, 500))
     terms = paired_ladder.unit_terms(sample, 1.0)
     head = paired_ladder.flat(score)
-    draws = pac_bayes.unit_draws(head, 1e-12, 1.5, 50, 20000, terms, 512, gen)
+    draws, _ = pac_bayes.unit_draws(head, 1e-12, 1.5, 50, 20000, terms, 512, gen)
     per_pair = score_model.empirical_risk(score.M, score.B, sample, 1.0, reduction="none")
     mean, se = float(per_pair.mean()), float(per_pair.std() / math.sqrt(20000))
     assert float(draws.mean()) == pytest.approx(mean, abs=4 * se)
