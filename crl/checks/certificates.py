@@ -7,6 +7,9 @@ CERT_monte_carlo    monte_carlo: coverage of the Monte Carlo terms (kl and empir
                     on samples of U^g with a known mean.
 CERT_pac_bayes      monte_carlo: coverage of Maurer's PAC-Bayes-kl bound with a data-dependent
                     Gaussian posterior on a law whose Gibbs risk has a closed form.
+CERT_excess_bound   exact: the pointwise inequality exp(eta y - psi(eta) y^2) <= 1 + eta y
+                    (y >= -1) on a grid; monte_carlo: coverage of the excess-loss PAC-Bayes
+                    bound on L(Q) - L(h_ref) on a law whose Gibbs risks have a closed form.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def _coverage_row(
 ) -> Row:
     """lhs = 1 - delta <= rhs = coverage, ci = Wilson upper bound minus coverage."""
     coverage = covered / samples
-    ci = stats.wilson_upper(covered, samples, constants.z) - coverage
+    ci = max(0.0, stats.wilson_upper(covered, samples, constants.z) - coverage)  # 0 at 100%
     return _row(name, instance, "monte_carlo", quantity, params, 1 - delta, coverage, ci, note)
 
 
@@ -148,3 +151,55 @@ def _pac_bayes(seed: int, instance: int, constants: Constants) -> list[Row]:
     excess = float((torch.tensor(bounds) - truth).median())
     note = f"covered={covered}/{reps}; median bound - L(Q)={excess:.4g}"
     return [_coverage_row(name, instance, "maurer", params, covered, reps, delta, constants, note)]
+
+
+def _toy_gibbs_risk(mu: torch.Tensor, s: float, points: int = 4001) -> torch.Tensor:
+    """L(Q) for l(w, z) = (z - clip(w, 0, 1))^2, z ~ U(0, 1) (so L(w) = 1/3 - w + w^2), Q =
+    N(mu, s^2), by the trapezoid rule over mu +- 8 s. Shape: mu (r,) -> (r,)."""
+    offsets = torch.linspace(-8.0, 8.0, points, dtype=_F64)  # in units of s
+    w = mu[:, None] + s * offsets[None, :]  # (r, points)
+    c = w.clamp(0.0, 1.0)
+    density = torch.exp(-0.5 * offsets**2) / math.sqrt(2 * math.pi)
+    return torch.trapezoid((1 / 3 - c + c * c) * density[None, :], offsets, dim=1)
+
+
+@statement("CERT_excess_bound", instances=6)
+def _excess_bound(seed: int, instance: int, constants: Constants) -> list[Row]:
+    """The excess-loss bound of crl.kernels.pac_bayes.excess_bound. Exact: on a grid of y in
+    [-1, 20] and eta in [0, 0.999], eta y - psi(eta) y^2 - ln(1 + eta y) <= 0 (its largest
+    value). Monte Carlo: z ~ U(0, 1), l(w, z) = (z - clip(w, 0, 1))^2, reference h_ref = r and
+    prior N(r, s^2) fixed before the sample, posterior N(mean of z, s^2) (data-dependent), KL
+    exact; the bound on L(Q) - L(h_ref) from 4096 draws covers the exact difference in at least
+    1 - delta of 300 samples. n in [200, 3000], s in [0.005, 0.1], r in [0.2, 0.8], delta in
+    {0.05, 0.1, 0.2} (half to the PAC-Bayes part, half to the draws)."""
+    name = "CERT_excess_bound"
+    gen, instance_seed = _instance_generator(seed, name, instance)
+    y = torch.linspace(-1.0, 20.0, 2101, dtype=_F64)
+    gap = max(
+        float((eta * y - pac_bayes.psi(eta) * y * y - torch.log1p(eta * y)).max())
+        for eta in torch.linspace(0.0, 0.999, 200).tolist()
+    )
+    rows = [_row(name, instance, "exact", "pointwise", {"instance_seed": instance_seed}, gap, 0.0)]
+    n = _randint(gen, 200, 3000)
+    s, r = _uniform(gen, 0.005, 0.1), _uniform(gen, 0.2, 0.8)
+    delta = (0.05, 0.1, 0.2)[instance % 3]
+    reps, draws = 300, 4096
+    z = torch.rand(reps, n, dtype=_F64, generator=gen)
+    mu = z.mean(1)  # (reps,)
+    truth = _toy_gibbs_risk(mu, s) - (1 / 3 - r + r * r)  # L(Q) - L(h_ref)
+    heads = (mu[:, None] + s * torch.randn(reps, draws, dtype=_F64, generator=gen)).clamp(0, 1)
+    units = torch.gather(z, 1, torch.randint(0, n, (reps, draws), generator=gen))
+    excess = (units - heads) ** 2 - (units - r) ** 2  # (reps, draws) in [-1, 1]
+    bounds = [
+        pac_bayes.excess_bound(x, float((m - r) ** 2 / (2 * s * s)), n, delta / 2, delta / 2)[0]
+        for x, m in zip(excess, mu, strict=True)
+    ]
+    covered = sum(b >= float(t) for b, t in zip(bounds, truth, strict=True))
+    params = {"n": n, "sigma": s, "reference": r, "delta": delta, "reps": reps}
+    params["instance_seed"] = instance_seed
+    median = float((torch.tensor(bounds) - truth).median())
+    note = f"covered={covered}/{reps}; median bound - (L(Q) - L(h_ref))={median:.4g}"
+    rows.append(
+        _coverage_row(name, instance, "excess", params, covered, reps, delta, constants, note)
+    )
+    return rows

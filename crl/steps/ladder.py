@@ -134,6 +134,18 @@ Draws = Callable[[torch.Tensor, float, int, torch.Generator], tuple[torch.Tensor
 HeldOut = Callable[[torch.Tensor, float], torch.Tensor]
 
 
+def draws_on(terms: pac_bayes.Terms, units: int, chunk: int, radius: float) -> Draws:
+    """The draws of a family whose `units` i.i.d. units are scored by `terms` (a head on a unit,
+    `chunk` draws at a time): crl.kernels.pac_bayes.unit_draws at the ball's radius."""
+
+    def draws(
+        mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return pac_bayes.unit_draws(mean, sigma, radius, units, count, terms, chunk, gen)
+
+    return draws
+
+
 @dataclass(frozen=True)
 class Units:
     """Differentiable losses on (a part of) the units a bound uses, for the posterior's

@@ -53,6 +53,7 @@ def test_registry_and_default_counts() -> None:
         "CERT_gaussian_kl": 40,
         "CERT_monte_carlo": 12,
         "CERT_pac_bayes": 6,
+        "CERT_excess_bound": 6,
     }
     # one decorator fills both dicts, in docs/theory/statements.md order
     assert list(checks.STATEMENTS) == list(expected)
@@ -212,3 +213,6 @@ def test_the_certificate_statements_catch_a_bound_without_its_terms(
     assert not next(r for r in rows if r["quantity"] == "kl")["holds"]
     monkeypatch.setattr(pac_bayes, "pac_bayes_kl_bound", lambda q, kl, n, delta: q)
     assert not checks.run_instance("CERT_pac_bayes", 0, 1)[0]["holds"]
+    # the excess bound as the draws' plain mean (no variance, Monte Carlo or PAC-Bayes term)
+    monkeypatch.setattr(pac_bayes, "excess_bound", lambda x, kl, n, dp, dm: (float(x.mean()), 0.5))
+    assert not checks.run_instance("CERT_excess_bound", 0, 1)[1]["holds"]

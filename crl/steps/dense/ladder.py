@@ -84,14 +84,7 @@ def pac_bayes_columns(
     R, T = radius, temperature
 
     def on(b: Batch) -> rungs.Draws:
-        terms, chunk = _terms(b, negative_set, T, lam), _chunk(b)
-
-        def draws(
-            mean: torch.Tensor, sigma: float, count: int, g: torch.Generator
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            return pac_bayes.unit_draws(mean, sigma, R, b.n, count, terms, chunk, g)
-
-        return draws
+        return rungs.draws_on(_terms(b, negative_set, T, lam), b.n, _chunk(b), R)
 
     def fit_prior() -> rungs.Prior:
         count = min(train.n - 1, max(1, round(ladder.prior_fraction * train.n)))

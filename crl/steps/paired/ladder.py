@@ -119,14 +119,7 @@ def pac_bayes_columns(
     R, T, n = radius, temperature, int(sample.x.shape[0])
 
     def on(part: PairedSample) -> rungs.Draws:
-        terms, chunk, count_units = unit_terms(part, T), _chunk(part), int(part.x.shape[0])
-
-        def draws(
-            mean: torch.Tensor, sigma: float, count: int, g: torch.Generator
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            return pac_bayes.unit_draws(mean, sigma, R, count_units, count, terms, chunk, g)
-
-        return draws
+        return rungs.draws_on(unit_terms(part, T), int(part.x.shape[0]), _chunk(part), R)
 
     def units(part: PairedSample) -> rungs.Units:
         return rungs.Units(unit_terms(part, T), int(part.x.shape[0]))
