@@ -18,8 +18,9 @@ section 2). Losses are scaled to [0, 1] by the loss range of Thm D4 (`loss_range
   a fresh Gibbs head P_R(W) on one image drawn uniformly from the n; the data-dependent prior
   is fitted by APG (the cell's tolerance, at most `prior_iterations` or the head's `max_iter`
   iterations) on the first `prior_fraction` of the training images, in the random order they
-  were drawn. `gibbs_test_loss` scores each held-out image by `test_heads` fresh heads of its
-  own.
+  were drawn (`cert_pb_ref`: that prior's mean as the reference head, its objective on the
+  other images). `gibbs_test_loss` scores each held-out image by `test_heads` fresh heads of
+  its own.
 - `learning_certified_<rung>` (crl.steps.signal): `rademacher` is train_loss +
   `best_dense_bound` (which bounds |gap| at level delta in both regimes), the others the
   certificates above, each against the loss of f = 0.

@@ -26,7 +26,8 @@ to [0, 1] by the class's range [-2S, 2S], S = sqrt(2) R (`loss_min`, `loss_range
   the data-dependent prior's mean is the score fitted (APG, at most `prior_iterations`) on the
   first `prior_fraction` of the pairs. The problem is convex, so the head is not rotated onto
   the prior (the score model has no rotation symmetry). `gibbs_test_loss` scores each held-out
-  unit above by `test_heads` fresh heads of its own.
+  unit above by `test_heads` fresh heads of its own. `cert_pb_ref`: the prior's fitted score as
+  the reference head (its losses on the bound's pairs, `held_out_terms`), crl.steps.ladder.
 
 Every rung draws from a generator of its own: the cell's other columns do not depend on
 whether the ladder runs.

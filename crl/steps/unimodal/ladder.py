@@ -10,7 +10,8 @@ every loss: for LSE that is the per-anchor loss with m negatives (Li et al.'s L(
   one_negative and scrl cells drawn from the law or from the split without reuse; a draw scores
   a fresh Gibbs head on one tuple drawn uniformly from the sample
   (crl.kernels.pac_bayes.gibbs_draws, one tuple per draw whatever n is). The data-dependent
-  prior is fitted by the cell's solver on the first `prior_fraction` of the anchors.
+  prior is fitted by the cell's solver on the first `prior_fraction` of the anchors; its mean is
+  `cert_pb_ref`'s reference head (its losses on the other anchors, block by block).
 - `gibbs_test_loss` scores each held-out anchor by `test_heads` fresh heads of its own
   (crl.kernels.pac_bayes.gibbs_anchor_means).
 - `uniform_deviation_est` (`_ci`): a lower estimate of sup_W (L_m(W) - Lhat_S(W)) over the ball:
