@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,8 +17,12 @@ from tests import services
 REPO = Path(__file__).resolve().parent.parent
 # a cell's timing columns; the summary's start with them (wall_seconds_mean, ...)
 TIMING = ("wall_seconds", "bounds_seconds", "ladder_seconds")
-# the input-fingerprint cache (crl.core.fingerprints) of the tests and the commands they start
-os.environ.setdefault("CRL_CACHE_DIR", tempfile.mkdtemp(prefix="crl-test-cache-"))
+# the input-fingerprint cache (crl.core.fingerprints) of the tests and the commands they start:
+# made once by the process that starts the session (xdist's workers inherit it) and removed when
+# that process ends; a CRL_CACHE_DIR the user set is theirs and stays
+if "CRL_CACHE_DIR" not in os.environ:
+    os.environ["CRL_CACHE_DIR"] = tempfile.mkdtemp(prefix="crl-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["CRL_CACHE_DIR"], ignore_errors=True)
 
 
 def crl(
