@@ -24,6 +24,7 @@ from crl.kernels.solver import (
     apg,
     autograd,
     project_ball,
+    sphere_descent,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "draw",
     "fit",
     "fit_to_tolerance",
+    "gram_preconditioner",
     "mean_loss",
     "objective",
     "per_anchor_loss",
@@ -208,6 +210,9 @@ def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table[index].double()
 
 
+HOLD_VALUES = 2**25  # float64 feature values of a sample held whole by `mean_loss`: 256 MiB
+
+
 def fit_to_tolerance(
     blocks: Blocks,
     spec: FitSpec,
@@ -215,32 +220,95 @@ def fit_to_tolerance(
     temperature: float,
     gen: torch.Generator,
     solver: SolverSpec,
+    hold: int = HOLD_VALUES,
 ) -> tuple[torch.Tensor, Solution]:
     """Accelerated projected gradient on the whole sample's mean loss until the gradient-mapping
     norm is below `solver.tol` (crl.kernels.solver): the training budget does not depend on n.
 
     f(x)^T f(y) is not convex in W and W = 0 is a stationary point, so the start is the same
     seeded random W as `fit`'s; the result is a constrained stationary point. A sample of at
-    most HOLD_VALUES feature values is held in float64 throughout; a larger one is made again
-    block by block at every evaluation (memory of one block, time of a pass over the sample).
+    most `hold` feature values is held in float64 throughout; a larger one is made again
+    block by block at every evaluation (memory of one block, time of a pass over the sample),
+    and fitted in three phases, each pass being dear: APG to COARSE_TOL; where the ball's
+    constraint is then active, `sphere_descent` preconditioned by (W W^T + lambda I)^-1
+    (`gram_preconditioner`: the loss depends on W through W^T W, and W's small singular values
+    make APG crawl along the sphere); then APG from there to `solver.tol`, whose stopping rule
+    decides as for a held sample. The Solution's `iterations` count all three phases (the
+    middle one's evaluations), within `solver.max_iter`.
     Returns W (d, p).
     """
     views = blocks[0][0]
     p = views.anchor.shape[1]
     init = 0.1 * torch.randn(spec.d, p, generator=gen, dtype=torch.float64)
-    value, value_and_grad = mean_loss(blocks, spec.d, loss, temperature)
-    solution = apg(
-        value,
-        value_and_grad,
-        lambda flat: project_ball(flat, spec.radius),
-        init.reshape(-1),
-        solver,
-    )
+    value, value_and_grad = mean_loss(blocks, spec.d, loss, temperature, hold)
+    ball = lambda flat: project_ball(flat, spec.radius)  # noqa: E731
+    if _held(blocks, hold) or solver.tol >= COARSE_TOL:
+        solution = apg(value, value_and_grad, ball, init.reshape(-1), solver)
+    else:
+        solution = _phased(value, value_and_grad, ball, init.reshape(-1), spec, solver)
     weight = solution.params.reshape(spec.d, p).to(views.anchor.dtype)
     return weight, solution
 
 
-HOLD_VALUES = 2**25  # float64 feature values of a sample held whole by `mean_loss`: 256 MiB
+COARSE_TOL = 1e-2  # the gradient-mapping norm at which a streamed fit leaves APG for the sphere
+
+
+def _phased(
+    value: Value,
+    value_and_grad: ValueAndGrad,
+    ball: Callable[[torch.Tensor], torch.Tensor],
+    start: torch.Tensor,
+    spec: FitSpec,
+    solver: SolverSpec,
+) -> Solution:
+    """`fit_to_tolerance`'s three phases for a streamed sample."""
+    coarse = apg(value, value_and_grad, ball, start, SolverSpec(COARSE_TOL, solver.max_iter))
+    point, spent = coarse.params, coarse.iterations
+    on_sphere = float(torch.linalg.vector_norm(point)) >= spec.radius * (1.0 - 1e-9)
+    if on_sphere and spent < solver.max_iter:
+        refined, refined_value, steps = sphere_descent(
+            value_and_grad,
+            point,
+            spec.radius,
+            solver.tol / 4.0,
+            solver.max_iter - spent,
+            gram_preconditioner(spec.d),
+        )
+        spent += steps
+        if refined_value <= coarse.value:  # APG goes on from the lower of the two
+            point = refined
+    final = apg(
+        value, value_and_grad, ball, point, SolverSpec(solver.tol, max(1, solver.max_iter - spent))
+    )
+    return Solution(
+        final.params,
+        final.value,
+        spent + final.iterations,
+        final.criterion,
+        final.converged,
+        coarse.restarts + final.restarts,
+    )
+
+
+def gram_preconditioner(
+    d: int, relative: float = 1e-3
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """v -> (W W^T + lambda I)^-1 V for flat W (d p,) and v (d p,), lambda = `relative` times
+    W W^T's largest eigenvalue: positive definite, so it keeps a descent direction one."""
+
+    def precondition(flat: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+        weight = flat.reshape(d, -1)
+        gram = weight @ weight.T  # (d, d)
+        shift = relative * float(torch.linalg.eigvalsh(gram)[-1])
+        eye = torch.eye(d, dtype=gram.dtype)
+        return torch.linalg.solve(gram + shift * eye, vector.reshape(d, -1)).reshape(-1)
+
+    return precondition
+
+
+def _held(blocks: Blocks, hold: int) -> bool:
+    """Whether `mean_loss` holds the sample whole (one block, or at most `hold` values)."""
+    return len(blocks) == 1 or _values(blocks) <= hold
 
 
 def mean_loss(
@@ -257,7 +325,7 @@ def mean_loss(
         fa, fp, fn = (table @ weight.T for table in rows)
         return objective(fa, fp, fn, shared, loss, temperature)  # (c,)
 
-    if len(blocks) == 1 or _values(blocks) <= hold:
+    if _held(blocks, hold):
         rows = _held_rows(blocks)
         return autograd(lambda flat: block_terms(flat, rows).mean())
     return _streamed(blocks, block_terms)

@@ -3,6 +3,10 @@ gradient-mapping stopping rule: training to a tolerance, so that no cell's n is 
 a fixed budget of steps.
 
 Beck & Teboulle (2009), FISTA with backtracking; O'Donoghue & Candes (2015), gradient restart.
+`sphere_descent` refines a point where the ball's constraint is active: Riemannian gradient
+descent on the sphere with Barzilai-Borwein steps (Barzilai & Borwein 1988) and a nonmonotone
+Armijo search (Grippo, Lampariello & Lucidi 1986), the tangent gradient optionally
+preconditioned; APG's stopping rule still decides (`crl.kernels.learner.fit_to_tolerance`).
 For a convex objective (the quadratic score model with the LSE loss) the gradient mapping
 G = L (y - P(y - grad f(y) / L)) vanishes exactly at the constrained minimiser; for the factored
 class f(x)^T f(y) (not convex in W) it certifies a constrained stationary point.
@@ -18,7 +22,7 @@ import torch
 
 from crl.kernels import _validate
 
-__all__ = ["Solution", "SolverSpec", "apg", "autograd", "project_ball"]
+__all__ = ["Solution", "SolverSpec", "apg", "autograd", "project_ball", "sphere_descent"]
 
 Value = Callable[[torch.Tensor], float]
 ValueAndGrad = Callable[[torch.Tensor], tuple[float, torch.Tensor]]
@@ -145,3 +149,72 @@ def apg(
         x, f_x, t = x_next, f_next, t_next
         L *= 0.9
     return Solution(x, f_x, spec.max_iter, criterion, False, restarts)
+
+
+Precondition = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _tangent(vector: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
+    """The component of `vector` orthogonal to `point` (the sphere's tangent space there)."""
+    return vector - (vector @ point) / (point @ point) * point
+
+
+def sphere_descent(
+    value_and_grad: ValueAndGrad,
+    start: torch.Tensor,
+    radius: float,
+    tol: float,
+    max_steps: int,
+    precondition: Precondition | None = None,
+    memory: int = 10,
+) -> tuple[torch.Tensor, float, int]:
+    """Descend f on the sphere ||x|| = radius from `start` (flat, scaled onto the sphere): a
+    point of the sphere where f's tangent gradient vanishes, the ball's minimiser wherever its
+    constraint is active there (<g, x> < 0; elsewhere the minimiser lies inside, and APG from
+    the returned point finds it).
+
+    Each step: the tangent gradient g_t, a direction D = tangent(precondition(x, g_t)) (a
+    descent direction whenever the preconditioner is positive definite: <g, D> = <g_t, P g_t>),
+    the trial point radius (x - s D) / ||x - s D||, accepted when f falls below the largest of
+    the last `memory` values by 10^-4 s <g_t, D> (halving s until it does); the next s is the
+    Barzilai-Borwein ratio <dx, dx> / <dx, D+ - D> of the accepted move. Stops when ||g_t|| <
+    tol, when s falls below 10^-12 without a decrease, or after `max_steps` evaluations.
+    Returns the last accepted point, f there and the evaluations spent. Shape: start (k,).
+    """
+    _validate.positive("radius", radius)
+    _validate.positive("tol", tol)
+    x = start.detach() * (radius / float(torch.linalg.vector_norm(start)))
+    f, g = value_and_grad(x)
+    evaluations, history, step = 1, [f], 1.0
+
+    def direction(point: torch.Tensor, tangent_grad: torch.Tensor) -> torch.Tensor:
+        if precondition is None:
+            return tangent_grad
+        return _tangent(precondition(point, tangent_grad), point)
+
+    g_t = _tangent(g, x)
+    d = direction(x, g_t)
+    while evaluations < max_steps:
+        if float(torch.linalg.vector_norm(g_t)) < tol:
+            break
+        slope, reference = float(g_t @ d), max(history[-memory:])
+        while True:
+            trial = x - step * d
+            trial = trial * (radius / float(torch.linalg.vector_norm(trial)))
+            f_next, g_next = value_and_grad(trial)
+            evaluations += 1
+            accepted = f_next <= reference - 1e-4 * step * slope
+            if accepted or step < 1e-12 or evaluations >= max_steps:
+                break
+            step *= 0.5
+        if not accepted:
+            break
+        g_t_next = _tangent(g_next, trial)
+        d_next = direction(trial, g_t_next)
+        moved = trial - x
+        curvature = float(moved @ (d_next - _tangent(d, trial)))
+        step = float(moved @ moved) / curvature if curvature > 0.0 else 1.0
+        step = min(max(step, 1e-8), 1e8)
+        x, f, g, g_t, d = trial, f_next, g_next, g_t_next, d_next
+        history.append(f)
+    return x, f, evaluations

@@ -13,6 +13,7 @@ from crl.kernels.learner import (
     draw,
     fit,
     fit_to_tolerance,
+    gram_preconditioner,
     mean_loss,
     objective,
     per_anchor_loss,
@@ -237,6 +238,38 @@ def test_fit_to_tolerance_on_blocks_solves_the_whole_sample(loss: str, shared: b
     assert at_blocks.converged and at_whole.converged
     assert at_blocks.value == pytest.approx(at_whole.value, rel=1e-10)
     torch.testing.assert_close(streamed, whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("loss", "shared"), [("logistic", False), ("lse", True), ("info_nce", False)]
+)
+def test_streamed_fit_in_phases_reaches_the_held_fit(loss: str, shared: bool) -> None:
+    """A streamed sample (hold 0) is fitted in three phases (APG to COARSE_TOL, the
+    preconditioned descent on the sphere, APG to the tolerance): it ends at the held sample's
+    fit, on the sphere, within the same tolerance. The loss depends on W through W^T W only,
+    so that is what is compared."""
+    views = _easy_views()
+    sample = draw(views, 30, 4, shared, _gen(0))
+    blocks = [(views, part) for part in _slices(sample, [11, 11, 8])]
+    spec, solver = FitSpec(2, 1.0, 0, 30, 0.1), SolverSpec(1e-8, 4000)
+    held, at_held = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver)
+    streamed, at_streamed = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver, hold=0)
+    assert at_held.converged and at_streamed.converged and at_streamed.criterion < 1e-8
+    assert float(streamed.norm()) == pytest.approx(1.0, rel=1e-6)
+    assert at_streamed.value == pytest.approx(at_held.value, rel=1e-9)
+    torch.testing.assert_close(streamed.T @ streamed, held.T @ held, atol=1e-5, rtol=0)
+
+
+def test_gram_preconditioner_solves_the_shifted_gram_system() -> None:
+    """(W W^T + lambda I)^-1 V with lambda a thousandth of W W^T's largest eigenvalue, positive
+    definite even where W is rank-deficient."""
+    weight = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]], dtype=torch.float64)  # rank 1
+    vector = torch.randn(6, generator=_gen(2), dtype=torch.float64)
+    out = gram_preconditioner(2)(weight.reshape(-1), vector)
+    gram = weight @ weight.T
+    shifted = gram + 1e-3 * float(torch.linalg.eigvalsh(gram)[-1]) * torch.eye(2, dtype=gram.dtype)
+    torch.testing.assert_close(shifted @ out.reshape(2, 3), vector.reshape(2, 3))
+    assert float(out @ vector) > 0
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from crl.kernels.solver import SolverSpec, apg, autograd, project_ball
+from crl.kernels.solver import SolverSpec, apg, autograd, project_ball, sphere_descent
 
 
 def _quadratic(A: torch.Tensor, b: torch.Tensor):
@@ -89,3 +89,85 @@ def test_logistic_regression_in_a_ball_matches_slsqp() -> None:
 def test_spec_validation(tol: float, max_iter: int) -> None:
     with pytest.raises(ValueError, match="tol|max_iter"):
         SolverSpec(tol, max_iter)
+
+
+# --- sphere_descent -----------------------------------------------------------------------------
+
+
+def _on_sphere_minimiser(A: torch.Tensor, b: torch.Tensor, radius: float) -> torch.Tensor:
+    """The minimiser of 1/2 x^T A x - b^T x (A positive definite) over ||x|| <= radius when the
+    unconstrained one lies outside: x(mu) = (A + mu I)^-1 b with ||x(mu)|| = radius, mu by
+    bisection (||x(mu)|| falls as mu grows)."""
+    eye = torch.eye(A.shape[0], dtype=A.dtype)
+    low, high = 0.0, 1e6
+    for _ in range(200):
+        mu = 0.5 * (low + high)
+        if float(torch.linalg.vector_norm(torch.linalg.solve(A + mu * eye, b))) > radius:
+            low = mu
+        else:
+            high = mu
+    return torch.linalg.solve(A + high * eye, b)
+
+
+def _ill_conditioned(seed: int, k: int = 12, condition: float = 1e4):
+    """An ill-conditioned quadratic, a radius half its minimiser's norm, and a start where APG
+    reaches a gradient-mapping norm of 10^-2 (the descent's contract: near a point of the
+    sphere where the constraint is active), with APG's iterations to it."""
+    gen = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(k, k, dtype=torch.float64, generator=gen))
+    A = Q @ torch.diag(torch.logspace(0, math.log10(condition), k, dtype=torch.float64)) @ Q.T
+    b = 5.0 * torch.randn(k, dtype=torch.float64, generator=gen)
+    radius = 0.5 * float(torch.linalg.vector_norm(torch.linalg.solve(A, b)))
+    value, value_and_grad = _quadratic(A, b)
+    origin = torch.zeros(k, dtype=torch.float64)
+    ball = lambda x: project_ball(x, radius)  # noqa: E731
+    coarse = apg(value, value_and_grad, ball, origin, SolverSpec(1e-2, 20000))
+    return A, b, radius, coarse.params, coarse.iterations
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sphere_descent_reaches_the_constrained_minimiser(seed: int) -> None:
+    """On an ill-conditioned quadratic whose minimiser lies outside the ball, the descent ends
+    at the closed-form minimiser on the sphere, where APG ends too."""
+    A, b, radius, start, _ = _ill_conditioned(seed)
+    value, value_and_grad = _quadratic(A, b)
+    point, _, _ = sphere_descent(value_and_grad, start, radius, 1e-9, 20000)
+    expected = _on_sphere_minimiser(A, b, radius)
+    assert float(torch.linalg.vector_norm(point)) == pytest.approx(radius, rel=1e-12)
+    torch.testing.assert_close(point, expected, atol=1e-6, rtol=0)
+    ball = lambda x: project_ball(x, radius)  # noqa: E731
+    reference = apg(value, value_and_grad, ball, torch.zeros_like(b), SolverSpec(1e-9, 20000))
+    assert reference.converged
+    torch.testing.assert_close(reference.params, expected, atol=1e-6, rtol=0)
+
+
+def test_sphere_descent_preconditioned_by_the_inverse_converges_in_a_few_steps() -> None:
+    """A preconditioner close to the inverse Hessian turns the same problem into an easy one."""
+    A, b, radius, start, _ = _ill_conditioned(3)
+    _, value_and_grad = _quadratic(A, b)
+    plain = sphere_descent(value_and_grad, start, radius, 1e-9, 5000)
+    inverse = torch.linalg.inv(A)
+    scaled = sphere_descent(value_and_grad, start, radius, 1e-9, 5000, lambda x, v: inverse @ v)
+    torch.testing.assert_close(scaled[0], _on_sphere_minimiser(A, b, radius), atol=1e-6, rtol=0)
+    assert scaled[2] < plain[2] / 2
+
+
+def test_sphere_descent_where_the_minimiser_lies_inside_hands_apg_the_sphere_minimiser() -> None:
+    """f = 1/2 ||x||^2 - b^T x with ||b|| < 1: on the unit sphere f is least at b / ||b||, where
+    the descent ends (the gradient points outwards there); APG from it finds b inside."""
+    A = torch.eye(4, dtype=torch.float64)
+    b = torch.tensor([0.1, 0.0, 0.0, 0.0], dtype=torch.float64)
+    value, value_and_grad = _quadratic(A, b)
+    start = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    point, at_point, _ = sphere_descent(value_and_grad, start, 1.0, 1e-10, 1000)
+    torch.testing.assert_close(point, b / 0.1, atol=1e-9, rtol=0)
+    assert at_point == pytest.approx(value(point), rel=1e-15)
+    inside = apg(value, value_and_grad, lambda x: project_ball(x, 1.0), point, SolverSpec(1e-10))
+    torch.testing.assert_close(inside.params, b, atol=1e-9, rtol=0)
+
+
+def test_sphere_descent_respects_its_budget() -> None:
+    A, b, radius, start, _ = _ill_conditioned(4)
+    _, value_and_grad = _quadratic(A, b)
+    *_, evaluations = sphere_descent(value_and_grad, start, radius, 1e-14, 7)
+    assert evaluations == 7
