@@ -23,8 +23,8 @@ from crl.kernels.solver import (
     ValueAndGrad,
     apg,
     autograd,
+    ball_descent,
     project_ball,
-    sphere_descent,
 )
 
 __all__ = [
@@ -229,10 +229,10 @@ def fit_to_tolerance(
     seeded random W as `fit`'s; the result is a constrained stationary point. A sample of at
     most `hold` feature values is held in float64 throughout; a larger one is made again
     block by block at every evaluation (memory of one block, time of a pass over the sample),
-    and fitted in three phases, each pass being dear: APG to COARSE_TOL; where the ball's
-    constraint is then active, `sphere_descent` preconditioned by (W W^T + lambda I)^-1
-    (`gram_preconditioner`: the loss depends on W through W^T W, and W's small singular values
-    make APG crawl along the sphere); then APG from there to `solver.tol`, whose stopping rule
+    and fitted in three phases, each pass being dear: APG to COARSE_TOL; then `ball_descent`
+    preconditioned by (W W^T + lambda I)^-1 (`gram_preconditioner`: the loss depends on W
+    through W^T W, and W's small singular values make APG crawl, inside the ball as along its
+    sphere); then APG from there to `solver.tol`, whose stopping rule
     decides as for a held sample. The Solution's `iterations` count all three phases (the
     middle one's evaluations), within `solver.max_iter`.
     Returns W (d, p).
@@ -250,7 +250,7 @@ def fit_to_tolerance(
     return weight, solution
 
 
-COARSE_TOL = 1e-2  # the gradient-mapping norm at which a streamed fit leaves APG for the sphere
+COARSE_TOL = 1e-2  # the gradient-mapping norm at which a streamed fit leaves APG for ball_descent
 
 
 def _phased(
@@ -264,9 +264,8 @@ def _phased(
     """`fit_to_tolerance`'s three phases for a streamed sample."""
     coarse = apg(value, value_and_grad, ball, start, SolverSpec(COARSE_TOL, solver.max_iter))
     point, spent = coarse.params, coarse.iterations
-    on_sphere = float(torch.linalg.vector_norm(point)) >= spec.radius * (1.0 - 1e-9)
-    if on_sphere and spent < solver.max_iter:
-        refined, refined_value, steps = sphere_descent(
+    if spent < solver.max_iter:
+        refined, refined_value, steps = ball_descent(
             value_and_grad,
             point,
             spec.radius,

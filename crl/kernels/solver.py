@@ -3,10 +3,10 @@ gradient-mapping stopping rule: training to a tolerance, so that no cell's n is 
 a fixed budget of steps.
 
 Beck & Teboulle (2009), FISTA with backtracking; O'Donoghue & Candes (2015), gradient restart.
-`sphere_descent` refines a point where the ball's constraint is active: Riemannian gradient
-descent on the sphere with Barzilai-Borwein steps (Barzilai & Borwein 1988) and a nonmonotone
-Armijo search (Grippo, Lampariello & Lucidi 1986), the tangent gradient optionally
-preconditioned; APG's stopping rule still decides (`crl.kernels.learner.fit_to_tolerance`).
+`ball_descent` refines a point where APG crawls: preconditioned gradient descent over the ball
+(along the sphere, Riemannian, where the ball's constraint is active) with Barzilai-Borwein
+steps (Barzilai & Borwein 1988) and a nonmonotone Armijo search (Grippo, Lampariello & Lucidi
+1986); APG's stopping rule still decides (`crl.kernels.learner.fit_to_tolerance`).
 For a convex objective (the quadratic score model with the LSE loss) the gradient mapping
 G = L (y - P(y - grad f(y) / L)) vanishes exactly at the constrained minimiser; for the factored
 class f(x)^T f(y) (not convex in W) it certifies a constrained stationary point.
@@ -22,7 +22,7 @@ import torch
 
 from crl.kernels import _validate
 
-__all__ = ["Solution", "SolverSpec", "apg", "autograd", "project_ball", "sphere_descent"]
+__all__ = ["Solution", "SolverSpec", "apg", "autograd", "ball_descent", "project_ball"]
 
 Value = Callable[[torch.Tensor], float]
 ValueAndGrad = Callable[[torch.Tensor], tuple[float, torch.Tensor]]
@@ -159,7 +159,7 @@ def _tangent(vector: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
     return vector - (vector @ point) / (point @ point) * point
 
 
-def sphere_descent(
+def ball_descent(
     value_and_grad: ValueAndGrad,
     start: torch.Tensor,
     radius: float,
@@ -168,39 +168,50 @@ def sphere_descent(
     precondition: Precondition | None = None,
     memory: int = 10,
 ) -> tuple[torch.Tensor, float, int]:
-    """Descend f on the sphere ||x|| = radius from `start` (flat, scaled onto the sphere): a
-    point of the sphere where f's tangent gradient vanishes, the ball's minimiser wherever its
-    constraint is active there (<g, x> < 0; elsewhere the minimiser lies inside, and APG from
-    the returned point finds it).
+    """Descend f over the ball ||x|| <= radius from `start` (flat, projected onto the ball) with
+    a preconditioned direction, Barzilai-Borwein steps and a nonmonotone Armijo search; APG from
+    the returned point decides (it is a refinement, not a stopping rule of its own).
 
-    Each step: the tangent gradient g_t, a direction D = tangent(precondition(x, g_t)) (a
-    descent direction whenever the preconditioner is positive definite: <g, D> = <g_t, P g_t>),
-    the trial point radius (x - s D) / ||x - s D||, accepted when f falls below the largest of
-    the last `memory` values by 10^-4 s <g_t, D> (halving s until it does); the next s is the
-    Barzilai-Borwein ratio <dx, dx> / <dx, D+ - D> of the accepted move. Stops when ||g_t|| <
-    tol, when s falls below 10^-12 without a decrease, or after `max_steps` evaluations.
-    Returns the last accepted point, f there and the evaluations spent. Shape: start (k,).
+    Each step takes D = precondition(x, g) (g itself without one; a descent direction whenever
+    the preconditioner is positive definite) and the trial point x - s D, scaled back onto the
+    sphere when it leaves the ball; except at a point of the sphere whose step D leaves the ball
+    (<x, D> < 0: the constraint is active), where it moves along the sphere instead: D is the
+    tangent part of precondition(x, g_t), g_t the tangent gradient (<g, D> = <g_t, P g_t>), and
+    the trial radius (x - s D) / ||x - s D||. A trial is accepted when f falls below the largest
+    of the last `memory` values by 10^-4 s <g, D> (halving s until it does); the next s is the
+    Barzilai-Borwein ratio <dx, dx> / <dx, D+ - D> of the accepted move. Stops when the
+    gradient mapping ||x - P(x - g)|| (P the ball's projection: ||g|| inside, about ||g_t||
+    where the constraint is active) is below tol, when s falls below 10^-12 without a decrease,
+    or after `max_steps` evaluations. Returns the last accepted point, f there and the
+    evaluations spent. Shape: start (k,).
     """
     _validate.positive("radius", radius)
     _validate.positive("tol", tol)
-    x = start.detach() * (radius / float(torch.linalg.vector_norm(start)))
+    x = project_ball(start.detach(), radius)
     f, g = value_and_grad(x)
     evaluations, history, step = 1, [f], 1.0
 
-    def direction(point: torch.Tensor, tangent_grad: torch.Tensor) -> torch.Tensor:
-        if precondition is None:
-            return tangent_grad
-        return _tangent(precondition(point, tangent_grad), point)
+    def direction(point: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """The step's direction at `point`, and whether it moves along the sphere."""
+        scaled = grad if precondition is None else precondition(point, grad)
+        on_sphere = float(torch.linalg.vector_norm(point)) >= radius * (1.0 - 1e-12)
+        if not on_sphere or float(point @ scaled) >= 0.0:
+            return scaled, False
+        tangent = _tangent(grad, point)
+        if precondition is not None:
+            tangent = _tangent(precondition(point, tangent), point)
+        return tangent, True
 
-    g_t = _tangent(g, x)
-    d = direction(x, g_t)
+    d, along = direction(x, g)
     while evaluations < max_steps:
-        if float(torch.linalg.vector_norm(g_t)) < tol:
+        if float(torch.linalg.vector_norm(x - project_ball(x - g, radius))) < tol:
             break
-        slope, reference = float(g_t @ d), max(history[-memory:])
+        slope, reference = float(g @ d), max(history[-memory:])
         while True:
             trial = x - step * d
-            trial = trial * (radius / float(torch.linalg.vector_norm(trial)))
+            norm = float(torch.linalg.vector_norm(trial))
+            if along or norm > radius:
+                trial = trial * (radius / norm)
             f_next, g_next = value_and_grad(trial)
             evaluations += 1
             accepted = f_next <= reference - 1e-4 * step * slope
@@ -209,12 +220,12 @@ def sphere_descent(
             step *= 0.5
         if not accepted:
             break
-        g_t_next = _tangent(g_next, trial)
-        d_next = direction(trial, g_t_next)
+        d_next, along_next = direction(trial, g_next)
         moved = trial - x
-        curvature = float(moved @ (d_next - _tangent(d, trial)))
+        previous = _tangent(d, trial) if along_next else d
+        curvature = float(moved @ (d_next - previous))
         step = float(moved @ moved) / curvature if curvature > 0.0 else 1.0
         step = min(max(step, 1e-8), 1e8)
-        x, f, g, g_t, d = trial, f_next, g_next, g_t_next, d_next
+        x, f, g, d, along = trial, f_next, g_next, d_next, along_next
         history.append(f)
     return x, f, evaluations

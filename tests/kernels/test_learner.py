@@ -245,7 +245,7 @@ def test_fit_to_tolerance_on_blocks_solves_the_whole_sample(loss: str, shared: b
 )
 def test_streamed_fit_in_phases_reaches_the_held_fit(loss: str, shared: bool) -> None:
     """A streamed sample (hold 0) is fitted in three phases (APG to COARSE_TOL, the
-    preconditioned descent on the sphere, APG to the tolerance): it ends at the held sample's
+    preconditioned descent over the ball, APG to the tolerance): it ends at the held sample's
     fit, on the sphere, within the same tolerance. The loss depends on W through W^T W only,
     so that is what is compared."""
     views = _easy_views()
@@ -256,6 +256,26 @@ def test_streamed_fit_in_phases_reaches_the_held_fit(loss: str, shared: bool) ->
     streamed, at_streamed = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver, hold=0)
     assert at_held.converged and at_streamed.converged and at_streamed.criterion < 1e-8
     assert float(streamed.norm()) == pytest.approx(1.0, rel=1e-6)
+    assert at_streamed.value == pytest.approx(at_held.value, rel=1e-9)
+    torch.testing.assert_close(streamed.T @ streamed, held.T @ held, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "info_nce"])
+def test_streamed_fit_in_phases_reaches_an_interior_minimiser(loss: str) -> None:
+    """Noisy classes and a radius of 3: the minimiser lies inside the ball (norm 2.99 and
+    2.11), and the phased streamed fit reaches the held fit there too."""
+    labels = torch.arange(60) % 6
+    centres = 0.8 * torch.cat([torch.eye(3), -torch.eye(3)])
+    x = centres[labels] + 0.5 * torch.randn(60, 3, generator=_gen(7))
+    x = x / x.norm(dim=1, keepdim=True).clamp(min=1.0)
+    views = Views(x, x, x, labels, augmented=False)
+    sample = draw(views, 30, 4, False, _gen(0))
+    blocks = [(views, part) for part in _slices(sample, [11, 11, 8])]
+    spec, solver = FitSpec(2, 3.0, 0, 30, 0.1), SolverSpec(1e-8, 4000)
+    held, at_held = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver)
+    streamed, at_streamed = fit_to_tolerance(blocks, spec, loss, 0.5, _gen(1), solver, hold=0)
+    assert at_held.converged and at_streamed.converged
+    assert float(held.norm()) < 3.0 * (1 - 1e-3)
     assert at_streamed.value == pytest.approx(at_held.value, rel=1e-9)
     torch.testing.assert_close(streamed.T @ streamed, held.T @ held, atol=1e-5, rtol=0)
 

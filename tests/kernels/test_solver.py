@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from crl.kernels.solver import SolverSpec, apg, autograd, project_ball, sphere_descent
+from crl.kernels.solver import SolverSpec, apg, autograd, ball_descent, project_ball
 
 
 def _quadratic(A: torch.Tensor, b: torch.Tensor):
@@ -91,7 +91,7 @@ def test_spec_validation(tol: float, max_iter: int) -> None:
         SolverSpec(tol, max_iter)
 
 
-# --- sphere_descent -----------------------------------------------------------------------------
+# --- ball_descent -----------------------------------------------------------------------------
 
 
 def _on_sphere_minimiser(A: torch.Tensor, b: torch.Tensor, radius: float) -> torch.Tensor:
@@ -126,12 +126,12 @@ def _ill_conditioned(seed: int, k: int = 12, condition: float = 1e4):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_sphere_descent_reaches_the_constrained_minimiser(seed: int) -> None:
+def test_ball_descent_reaches_the_constrained_minimiser(seed: int) -> None:
     """On an ill-conditioned quadratic whose minimiser lies outside the ball, the descent ends
     at the closed-form minimiser on the sphere, where APG ends too."""
     A, b, radius, start, _ = _ill_conditioned(seed)
     value, value_and_grad = _quadratic(A, b)
-    point, _, _ = sphere_descent(value_and_grad, start, radius, 1e-9, 20000)
+    point, _, _ = ball_descent(value_and_grad, start, radius, 1e-9, 20000)
     expected = _on_sphere_minimiser(A, b, radius)
     assert float(torch.linalg.vector_norm(point)) == pytest.approx(radius, rel=1e-12)
     torch.testing.assert_close(point, expected, atol=1e-6, rtol=0)
@@ -141,33 +141,53 @@ def test_sphere_descent_reaches_the_constrained_minimiser(seed: int) -> None:
     torch.testing.assert_close(reference.params, expected, atol=1e-6, rtol=0)
 
 
-def test_sphere_descent_preconditioned_by_the_inverse_converges_in_a_few_steps() -> None:
+def test_ball_descent_preconditioned_by_the_inverse_converges_in_a_few_steps() -> None:
     """A preconditioner close to the inverse Hessian turns the same problem into an easy one."""
     A, b, radius, start, _ = _ill_conditioned(3)
     _, value_and_grad = _quadratic(A, b)
-    plain = sphere_descent(value_and_grad, start, radius, 1e-9, 5000)
+    plain = ball_descent(value_and_grad, start, radius, 1e-9, 5000)
     inverse = torch.linalg.inv(A)
-    scaled = sphere_descent(value_and_grad, start, radius, 1e-9, 5000, lambda x, v: inverse @ v)
+    scaled = ball_descent(value_and_grad, start, radius, 1e-9, 5000, lambda x, v: inverse @ v)
     torch.testing.assert_close(scaled[0], _on_sphere_minimiser(A, b, radius), atol=1e-6, rtol=0)
     assert scaled[2] < plain[2] / 2
 
 
-def test_sphere_descent_where_the_minimiser_lies_inside_hands_apg_the_sphere_minimiser() -> None:
-    """f = 1/2 ||x||^2 - b^T x with ||b|| < 1: on the unit sphere f is least at b / ||b||, where
-    the descent ends (the gradient points outwards there); APG from it finds b inside."""
+def test_ball_descent_where_the_minimiser_lies_inside_finds_it() -> None:
+    """f = 1/2 ||x||^2 - b^T x with ||b|| < 1, from a point of the unit sphere: the gradient
+    points inwards there, so the descent leaves the sphere and ends at b."""
     A = torch.eye(4, dtype=torch.float64)
     b = torch.tensor([0.1, 0.0, 0.0, 0.0], dtype=torch.float64)
     value, value_and_grad = _quadratic(A, b)
     start = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
-    point, at_point, _ = sphere_descent(value_and_grad, start, 1.0, 1e-10, 1000)
-    torch.testing.assert_close(point, b / 0.1, atol=1e-9, rtol=0)
+    point, at_point, _ = ball_descent(value_and_grad, start, 1.0, 1e-10, 1000)
+    torch.testing.assert_close(point, b, atol=1e-9, rtol=0)
     assert at_point == pytest.approx(value(point), rel=1e-15)
-    inside = apg(value, value_and_grad, lambda x: project_ball(x, 1.0), point, SolverSpec(1e-10))
-    torch.testing.assert_close(inside.params, b, atol=1e-9, rtol=0)
 
 
-def test_sphere_descent_respects_its_budget() -> None:
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ball_descent_reaches_an_interior_minimiser_of_an_ill_conditioned_quadratic(
+    seed: int,
+) -> None:
+    """The minimiser A^-1 b inside the ball (radius twice its norm), condition 10^4, from the
+    origin: the descent ends there, and a near-inverse preconditioner needs a few steps."""
+    gen = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(12, 12, dtype=torch.float64, generator=gen))
+    A = Q @ torch.diag(torch.logspace(0, 4, 12, dtype=torch.float64)) @ Q.T
+    b = torch.randn(12, dtype=torch.float64, generator=gen)
+    expected = torch.linalg.solve(A, b)
+    radius = 2.0 * float(torch.linalg.vector_norm(expected))
+    _, value_and_grad = _quadratic(A, b)
+    origin = torch.zeros(12, dtype=torch.float64)
+    plain = ball_descent(value_and_grad, origin, radius, 1e-10, 20000)
+    torch.testing.assert_close(plain[0], expected, atol=1e-6, rtol=0)
+    inverse = torch.linalg.inv(A)
+    scaled = ball_descent(value_and_grad, origin, radius, 1e-10, 20000, lambda x, v: inverse @ v)
+    torch.testing.assert_close(scaled[0], expected, atol=1e-6, rtol=0)
+    assert scaled[2] <= 5 < plain[2]
+
+
+def test_ball_descent_respects_its_budget() -> None:
     A, b, radius, start, _ = _ill_conditioned(4)
     _, value_and_grad = _quadratic(A, b)
-    *_, evaluations = sphere_descent(value_and_grad, start, radius, 1e-14, 7)
+    *_, evaluations = ball_descent(value_and_grad, start, radius, 1e-14, 7)
     assert evaluations == 7
