@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from crl.kernels import losses
+from crl.kernels.phased import COARSE_TOL, phased_fit
 from crl.kernels.solver import (
     Solution,
     SolverSpec,
@@ -23,7 +24,6 @@ from crl.kernels.solver import (
     ValueAndGrad,
     apg,
     autograd,
-    ball_descent,
     project_ball,
 )
 
@@ -36,7 +36,6 @@ __all__ = [
     "draw",
     "fit",
     "fit_to_tolerance",
-    "gram_preconditioner",
     "mean_loss",
     "objective",
     "per_anchor_loss",
@@ -229,12 +228,9 @@ def fit_to_tolerance(
     seeded random W as `fit`'s; the result is a constrained stationary point. A sample of at
     most `hold` feature values is held in float64 throughout; a larger one is made again
     block by block at every evaluation (memory of one block, time of a pass over the sample),
-    and fitted in three phases, each pass being dear: APG to COARSE_TOL; then `ball_descent`
-    preconditioned by (W W^T + lambda I)^-1 (`gram_preconditioner`: the loss depends on W
-    through W^T W, and W's small singular values make APG crawl, inside the ball as along its
-    sphere); then APG from there to `solver.tol`, whose stopping rule
-    decides as for a held sample. The Solution's `iterations` count all three phases (the
-    middle one's evaluations), within `solver.max_iter`.
+    and, each pass being dear, fitted in three phases (crl.kernels.phased.phased_fit: APG to
+    COARSE_TOL, a preconditioned descent over the ball, APG to `solver.tol`, whose stopping
+    rule decides as for a held sample).
     Returns W (d, p).
     """
     views = blocks[0][0]
@@ -245,70 +241,9 @@ def fit_to_tolerance(
     if _held(blocks, hold) or solver.tol >= COARSE_TOL:
         solution = apg(value, value_and_grad, ball, init.reshape(-1), solver)
     else:
-        solution = _phased(value, value_and_grad, ball, init.reshape(-1), spec, solver)
+        solution = phased_fit(value, value_and_grad, init.reshape(-1), spec.d, spec.radius, solver)
     weight = solution.params.reshape(spec.d, p).to(views.anchor.dtype)
     return weight, solution
-
-
-COARSE_TOL = 1e-2  # the gradient-mapping norm at which a streamed fit leaves APG for ball_descent
-
-
-def _phased(
-    value: Value,
-    value_and_grad: ValueAndGrad,
-    ball: Callable[[torch.Tensor], torch.Tensor],
-    start: torch.Tensor,
-    spec: FitSpec,
-    solver: SolverSpec,
-) -> Solution:
-    """`fit_to_tolerance`'s three phases for a streamed sample."""
-    coarse = apg(value, value_and_grad, ball, start, SolverSpec(COARSE_TOL, solver.max_iter))
-    point, spent = coarse.params, coarse.iterations
-    if spent < solver.max_iter:
-        refined, refined_value, steps = ball_descent(
-            value_and_grad,
-            point,
-            spec.radius,
-            solver.tol / 4.0,
-            solver.max_iter - spent,
-            gram_preconditioner(spec.d),
-        )
-        spent += steps
-        if refined_value <= coarse.value:  # APG goes on from the lower of the two
-            point = refined
-    final = apg(
-        value, value_and_grad, ball, point, SolverSpec(solver.tol, max(1, solver.max_iter - spent))
-    )
-    return Solution(
-        final.params,
-        final.value,
-        spent + final.iterations,
-        final.criterion,
-        final.converged,
-        coarse.restarts + final.restarts,
-    )
-
-
-def gram_preconditioner(
-    d: int, relative: float = 1e-2
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """v -> (W W^T + lambda I)^-1 V for flat W (d p,) and v (d p,), lambda = `relative` times
-    W W^T's largest eigenvalue: positive definite, so it keeps a descent direction one.
-    `relative` trades two kinds of fit (measured, descent evaluations after APG to 10^-2):
-    where W keeps small singular values (conf/ladder.yaml's T = 0.1 cell at n = 65536: 0.12 to
-    0.94) a small shift pays, 49 / 59 / 93 / 133 evaluations at 10^-3 / 10^-2 / 3 x 10^-2 /
-    10^-1; where the minimiser is rank-deficient (conf/scaling.yaml's T = 1, R = 4 cell at
-    n = 12800: rank 4 of 8) a small shift blows up the null directions, 199 / 56 / 24 at
-    10^-3 / 10^-2 / 10^-1, against 34 APG iterations (about 78 passes) alone."""
-
-    def precondition(flat: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
-        weight = flat.reshape(d, -1)
-        gram = weight @ weight.T  # (d, d)
-        shift = relative * float(torch.linalg.eigvalsh(gram)[-1])
-        eye = torch.eye(d, dtype=gram.dtype)
-        return torch.linalg.solve(gram + shift * eye, vector.reshape(d, -1)).reshape(-1)
-
-    return precondition
 
 
 def _held(blocks: Blocks, hold: int) -> bool:

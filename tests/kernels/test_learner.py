@@ -13,7 +13,6 @@ from crl.kernels.learner import (
     draw,
     fit,
     fit_to_tolerance,
-    gram_preconditioner,
     mean_loss,
     objective,
     per_anchor_loss,
@@ -22,6 +21,7 @@ from crl.kernels.learner import (
     scores,
 )
 from crl.kernels.learner import _values as mean_loss_values
+from crl.kernels.phased import gram_preconditioner
 from crl.kernels.solver import SolverSpec
 
 LOSSES = ("hinge", "logistic", "lse", "info_nce")
