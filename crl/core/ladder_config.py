@@ -16,10 +16,12 @@ from crl.core.strict import Strict, non_empty_unique
 class PacBayesConfig(Strict):
     """The PAC-Bayes rungs (crl.steps.ladder), as every family takes them.
     `noise`: the grid of Gibbs noise scales, each the expected norm of the head's noise as a
-    fraction of R (sigma = noise R / sqrt(d p) per entry), fixed before any data: the bounds
-    hold for every entry at once by a union bound, so the reported one is the smallest.
-    A draw is a fresh Gibbs head scored on one training unit (an anchor's tuple, an image with
-    its negatives) drawn uniformly from the sample: `pilot_draws` per scale choose the scale,
+    fraction of R (sigma = noise R / sqrt(d p) per entry), fixed before any data: the
+    data-free rung's bound holds for every entry at once by a union bound, so the reported one
+    is the smallest; the data-dependent rungs take the one a pilot on the prior's units chose
+    (crl.steps.ladder.pilot_scales). A draw is a fresh Gibbs head scored on one training unit
+    (an anchor's tuple, an image with its negatives) drawn uniformly from the sample (for the
+    pilot: from the prior's units): `pilot_draws` per scale choose the scale,
     `mc_draws` fresh ones at that scale bound the empirical Gibbs risk (its Monte Carlo term,
     Langford and Caruana 2002; Maurer and Pontil 2009), whatever n is. `test_heads`: fresh
     heads per held-out unit for the Gibbs head's held-out risk. `prior_fraction`: the share of

@@ -21,12 +21,14 @@
   inequality exp(lambda y - psi(lambda) y^2) <= 1 + lambda y for y >= -1, at y = -X: Fan, Grama
   and Liu 2012; the un-expected Bernstein inequality of Mhammedi, Grunwald and Guedj 2019), so
   the PAC-Bayes change of measure gives, with probability >= 1 - delta_pb, for every Q and
-  every eta of the fixed grid `ETAS` (a union bound):
+  every eta of a grid fixed before the units are seen (`ETAS`, or one eta chosen on other
+  data; a union bound over it):
       L(Q) - L(h_ref) <= E_Q[Lhat(W) - Lhat(h_ref)] + (psi(eta)/eta) E_Q[mean_i X_i^2]
-                         + (KL(Q || P) + ln(|ETAS| / delta_pb)) / (eta n).
+                         + (KL(Q || P) + ln(|grid| / delta_pb)) / (eta n).
   The two empirical terms are one expectation, of Y = X + (psi(eta)/eta) X^2, bounded from the
-  draws (i.i.d. given the sample, mean exactly that expectation) at delta_mc / |ETAS| for each
-  eta. Where the Gibbs heads stay close to h_ref, X^2 is small and the bound's last term falls
+  draws (i.i.d. given the sample, mean exactly that expectation) at delta_mc / |grid| for each
+  eta, on Y's exact range [min_x (x + c x^2), 1 + c] over x in [-1, 1] (`y_floor`). Where the
+  Gibbs heads stay close to h_ref, X^2 is small and the bound's last term falls
   as 1/n, not 1/sqrt(n).
 - `noise_scale(relative, radius, dims)`: the per-entry sigma whose noise has expected squared
   norm (relative R)^2, sigma = relative R / sqrt(dims): a grid fixed before any data is seen.
@@ -65,7 +67,9 @@ __all__ = [
     "gibbs_draws",
     "gibbs_heads",
     "procrustes",
+    "projected_excess_bound",
     "tuple_terms",
+    "y_floor",
     "monte_carlo_upper",
     "noise_scale",
     "pac_bayes_kl_bound",
@@ -120,26 +124,67 @@ def psi(eta: float) -> float:
 
 
 def excess_bound(
-    excess: torch.Tensor, kl: float, n: int, delta_pb: float, delta_mc: float
+    excess: torch.Tensor,
+    kl: float,
+    n: int,
+    delta_pb: float,
+    delta_mc: float,
+    etas: tuple[float, ...] = ETAS,
 ) -> tuple[float, float]:
-    """The upper bound on L(Q) - L(h_ref) of the module docstring, minimised over `ETAS`, and
-    the eta that gives it. Shape: excess (K,) draws of X in [-1, 1], K >= 2."""
+    """The upper bound on L(Q) - L(h_ref) of the module docstring, minimised over the grid
+    `etas` (fixed before the n units are seen; a union bound over it), and the eta that gives
+    it. Shape: excess (K,) draws of X in [-1, 1], K >= 2."""
     n = _validate.at_least("n", n, 1)
     kl = _validate.nonnegative("kl", kl)
     delta_pb = _validate.open_unit("delta_pb", delta_pb)
     delta_mc = _validate.open_unit("delta_mc", delta_mc)
+    if not etas or not all(0.0 < eta < 1.0 for eta in etas):
+        raise ValueError(f"etas={etas} must be a non-empty grid in (0, 1)")
     x = excess.double().clamp(-1.0, 1.0)
     draws = _validate.at_least("draws", int(x.shape[0]), 2)
-    grid = len(ETAS)
-    best, best_eta = math.inf, ETAS[0]
-    for eta in ETAS:
-        c = psi(eta) / eta
-        unit = (x + c * x * x + 1.0) / (2.0 + c)  # Y = X + c X^2 in [-1, 1 + c], to [0, 1]
-        upper = held_out_upper(float(unit.mean()), float(unit.var()), draws, delta_mc / grid)
-        bound = upper * (2.0 + c) - 1.0 + (kl + math.log(grid / delta_pb)) / (eta * n)
-        if bound < best:
-            best, best_eta = bound, eta
-    return best, best_eta
+    grid = len(etas)
+    bounds = [
+        (_excess_at(x, eta, draws, kl, n, delta_pb / grid, delta_mc / grid), eta) for eta in etas
+    ]
+    return min(bounds)
+
+
+def projected_excess_bound(
+    excess: torch.Tensor,
+    kl: float,
+    n: int,
+    delta_pb: float,
+    delta_mc: float,
+    eta: float,
+    draws: int,
+) -> float:
+    """`excess_bound` at the one eta, as `draws` draws with the mean and variance of these
+    (K,) draws of X would give it: an estimate for choosing eta and the noise scale on other
+    data (pilot draws are few; the bound's are many), not a bound."""
+    x = excess.double().clamp(-1.0, 1.0)
+    _validate.at_least("draws", int(x.shape[0]), 2)
+    draws = _validate.at_least("draws", draws, 2)
+    return _excess_at(x, eta, draws, kl, n, delta_pb, delta_mc)
+
+
+def _excess_at(
+    x: torch.Tensor, eta: float, draws: int, kl: float, n: int, delta_pb: float, delta_mc: float
+) -> float:
+    """The bound at one eta with its PAC-Bayes part at delta_pb and its Monte Carlo part (the
+    mean of Y = X + (psi(eta)/eta) X^2 from `draws` draws with x's mean and variance) at
+    delta_mc."""
+    c = psi(eta) / eta
+    low = y_floor(c)
+    width = 1.0 + c - low
+    unit = (x + c * x * x - low) / width  # Y in [low, 1 + c], to [0, 1]
+    upper = held_out_upper(float(unit.mean()), float(unit.var()), draws, delta_mc)
+    return upper * width + low + (kl + math.log(1.0 / delta_pb)) / (eta * n)
+
+
+def y_floor(c: float) -> float:
+    """min over x in [-1, 1] of y = x + c x^2 (c > 0): -1/(4c) at x = -1/(2c) where c >= 1/2,
+    else c - 1 at x = -1. Y's range [y_floor(c), 1 + c] scales its Monte Carlo bound."""
+    return -1.0 / (4.0 * c) if c >= 0.5 else c - 1.0
 
 
 def noise_scale(relative: float, radius: float, dims: int) -> float:

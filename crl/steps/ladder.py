@@ -11,7 +11,8 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
 - `cert_pb_free`: Maurer's PAC-Bayes-kl bound (crl.kernels.pac_bayes) for the Gibbs head
   P_R(W), W ~ N(W_hat, sigma^2 I), prior N(0, sigma^2 I), on the whole training sample.
 - `cert_pb_data`: the same with the prior's mean fitted (by the family's solver) on the first
-  `prior_fraction` of the training units; the bound uses the others (`cert_pb_data_n`). The
+  `prior_fraction` of the training units (`prior_count`); the bound uses the others
+  (`cert_pb_data_n`). The
   posterior's mean is the cell's head W_hat, fitted on every unit (the posterior may depend on
   the whole sample; the prior may not depend on the units its bound uses), rotated onto the
   prior's mean (orthogonal Procrustes, crl.kernels.pac_bayes.procrustes): every family's scores
@@ -23,23 +24,28 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
   to lower a smooth upper bound of the certificate on reparameterised draws from the bound's
   own units (PAC-Bayes-by-backprop; the bound holds for every posterior at once); without, the
   posterior is the head above at the prior's scale.
-- Each at level delta: delta/2 for the PAC-Bayes bound, split evenly over the noise grid (a
-  union bound, so the smallest is reported), delta/2 for the Monte Carlo bound on the empirical
-  Gibbs risk from `mc_draws` draws at the chosen scale, each a fresh head scored on one unit
-  drawn uniformly from the sample (i.i.d. with mean exactly the empirical Gibbs risk, one unit
-  per draw whatever n is): the smaller of the kl bound (Langford and Caruana 2002) and the
-  empirical Bernstein bound (Maurer and Pontil 2009), each at delta/4. The scale is chosen on
-  `pilot_draws` draws per scale, whose randomness is independent of the final draws'.
+- Each at level delta: delta/2 for the PAC-Bayes bound, delta/2 for the Monte Carlo bound on
+  the empirical Gibbs risk from `mc_draws` draws at the chosen scale, each a fresh head scored
+  on one unit drawn uniformly from the sample (i.i.d. with mean exactly the empirical Gibbs
+  risk, one unit per draw whatever n is): the smaller of the kl bound (Langford and Caruana
+  2002) and the empirical Bernstein bound (Maurer and Pontil 2009), each at delta/4.
+  `cert_pb_free`'s scale is chosen on `pilot_draws` draws per scale of the noise grid on its
+  own units, whose randomness is independent of the final draws', so its PAC-Bayes part is
+  split evenly over the grid (a union bound). The data-dependent rungs choose theirs, and
+  `cert_pb_ref`'s eta, on the prior's units alone (`pilot_scales`): a pilot prior fitted on
+  the first `prior_fraction` of those units plays the prior and the prior's mean plays the
+  posterior, scored on the rest of the prior's units; the choice is then fixed before the
+  bound's units are seen, so it costs no union bound (ln 7 for the noise grid, ln 13 for the
+  eta grid, each in both the PAC-Bayes and the Monte Carlo part).
 - `cert_pb_ref`: the data-dependent prior's mean h_ref as a reference head, fixed before the
   bound's units are seen: L(Q) = L(h_ref) + (L(Q) - L(h_ref)), the first term by the test-set
   certificate of h_ref on those units (`_reference`, at delta/3: `test_set_columns`'s bound),
   the second by the excess-loss PAC-Bayes bound (crl.kernels.pac_bayes.excess_bound, `_gap`, at
-  its `_eta`) for the data-dependent certificate's posterior and prior, delta/3 for its
-  PAC-Bayes part (split evenly over the noise grid) and delta/3 for its Monte Carlo draws
-  (the data-dependent rung's `mc_draws` draws, each a fresh head on a uniformly drawn unit, less
-  h_ref's loss on that unit). Where the Gibbs heads' losses differ little from h_ref's, the
-  excess term falls as 1/n and the certificate sits near a test-set certificate of h_ref. Needs
-  h_ref's losses on the bound's units (`Prior.reference`; reason `NO_REFERENCE` without them).
+  `_eta`, chosen by `pilot_scales`) for the data-dependent certificate's posterior and prior,
+  delta/3 for its PAC-Bayes part and delta/3 for its Monte Carlo draws (the data-dependent
+  rung's `mc_draws` draws, each a fresh head on a uniformly drawn unit, less h_ref's loss on
+  that unit). Where the Gibbs heads' losses differ little from h_ref's, the excess term falls
+  as 1/n and the certificate sits near a test-set certificate of h_ref.
 - Columns per certificate: the bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry),
   `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs risk), `_mc` (its upper bound),
   `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent Gibbs head's held-out loss, each
@@ -65,8 +71,7 @@ from crl.kernels import certificates, pac_bayes, stats
 NOT_REQUESTED = "eval.ladder is not set"
 SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
 NO_RANGE = "the loss has no finite range"
-TOO_FEW = "fewer than two training units: no disjoint prior sample"
-NO_REFERENCE = "the family gives no losses of the prior's mean on the bound's units"
+TOO_FEW = "too few training units for disjoint pilot, prior and bound samples"
 
 _RUNG = ("", "_kl", "_n", "_sigma", "_prior_sigma", "_gibbs_train", "_mc", "_reason")
 PB_COLUMNS = (
@@ -157,17 +162,56 @@ class Units:
 
 @dataclass(frozen=True)
 class Prior:
-    """The data-dependent prior's mean, fitted on a prefix of the training units, and the draws
-    on the other `n` units its bound uses (`units`: those units for the posterior's
-    optimisation, or None)."""
+    """The data-dependent prior's mean, fitted on a prefix of the training units, the draws on
+    the other `n` units its bound uses and the prior mean's own losses on them (`reference`,
+    (n,) in the loss's units, in the order the draws index them); `units`: those units for the
+    posterior's optimisation, or None."""
 
     mean: torch.Tensor  # (d, p)
     draws: Draws
     n: int
+    reference: torch.Tensor
     units: Units | None = None
-    # the prior mean's own losses on the n units (n,), in the loss's units, in the order the
-    # draws index them
-    reference: torch.Tensor | None = None
+
+
+# (units) -> the data-dependent prior fitted on the first prior_count(units) of the first
+# `units` training units (in their order), its bound on the rest of those `units`
+FitPrior = Callable[[int], Prior]
+
+
+def prior_count(units: int, fraction: float) -> int:
+    """How many of `units` training units fit the data-dependent prior: the nearest integer to
+    fraction * units, at least 1 and at most units - 1."""
+    return min(units - 1, max(1, round(fraction * units)))
+
+
+def pilot_scales(
+    head: torch.Tensor, pilot: Prior, n: int, setting: Setting, gen: torch.Generator
+) -> tuple[float, float]:
+    """The data-dependent rungs' noise scale and `cert_pb_ref`'s eta (module docstring), from
+    the prior's units alone: `head` (the prior's mean, already rotated onto the pilot's where
+    the family allows) plays the posterior and `pilot` (a prior fitted on the first part of the
+    prior's units, with its draws and losses on the rest) the prior. For each scale of the noise
+    grid, `pilot_draws` draws X = l(W, z) - l(pilot mean, z) estimate the excess bound at each
+    eta of crl.kernels.pac_bayes.ETAS as the bound's n units and `mc_draws` draws would give it
+    (`projected_excess_bound`), with KL(Q || P) halved: fits on nested samples of n/4, n/2 and n
+    units differ by about 2 Sigma/n and Sigma/n in squared distance (an M-estimator's mean
+    gradients), so the pilot's pair is about twice as far apart as the bound's. Returns the
+    (sigma, eta) of the smallest estimate."""
+    ladder, scale, delta = setting.ladder, setting.scale, setting.delta
+    reference = (pilot.reference.double() - scale.low) / scale.width
+    best = (math.inf, 0.0, pac_bayes.ETAS[0])
+    for relative in ladder.noise:
+        sigma = pac_bayes.noise_scale(relative, setting.radius, head.numel())
+        kl = pac_bayes.gaussian_kl(head, pilot.mean, sigma, sigma) / 2
+        losses, rows = pilot.draws(head, sigma, ladder.pilot_draws, gen)
+        excess = (losses - scale.low) / scale.width - reference[rows]
+        for eta in pac_bayes.ETAS:
+            value = pac_bayes.projected_excess_bound(
+                excess, kl, n, delta / 3, delta / 3, eta, ladder.mc_draws
+            )
+            best = min(best, (value, sigma, eta))
+    return best[1], best[2]
 
 
 def optimise_posterior(
@@ -220,21 +264,27 @@ def certificate(
     setting: Setting,
     gen: torch.Generator,
     units: Units | None = None,
+    sigma: float | None = None,
 ) -> Certificate:
     """The PAC-Bayes-kl certificate of the Gibbs head P_R(W), W ~ N(mean, sigma^2 I), against
     the prior N(prior, sigma^2 I), from draws of its losses on n i.i.d. units, at level delta
-    (module docstring); with `posterior_steps` and `units`, the posterior's mean and scale are
-    then optimised on the bound (`optimise_posterior`) before the Monte Carlo draws."""
+    (module docstring): at `sigma` where given (chosen before these units are seen), else at the
+    scale of the noise grid that the pilot draws favour, the PAC-Bayes part split over the grid;
+    with `posterior_steps` and `units`, the posterior's mean and scale are then optimised on the
+    bound (`optimise_posterior`) before the Monte Carlo draws."""
     ladder, delta, scale = setting.ladder, setting.delta, setting.scale
-    level = delta / 2 / len(ladder.noise)
-    sigmas = [pac_bayes.noise_scale(s, setting.radius, mean.numel()) for s in ladder.noise]
+    if sigma is None:
+        sigmas = [pac_bayes.noise_scale(s, setting.radius, mean.numel()) for s in ladder.noise]
+    else:
+        sigmas = [sigma]
+    level = delta / 2 / len(sigmas)
 
     def plug_in(sigma: float) -> float:
         kl = pac_bayes.gaussian_kl(mean, prior, sigma, sigma)
         empirical = scale.to_unit(float(draws(mean, sigma, ladder.pilot_draws, gen)[0].mean()))
         return pac_bayes.pac_bayes_kl_bound(empirical, kl, n, level)
 
-    prior_sigma = min(sigmas, key=plug_in)
+    prior_sigma = sigmas[0] if len(sigmas) == 1 else min(sigmas, key=plug_in)
     sigma = prior_sigma
     if ladder.posterior_steps > 0 and units is not None:
         mean, sigma = optimise_posterior(mean, prior, prior_sigma, units, n, level, setting, gen)
@@ -289,21 +339,16 @@ def not_applied(reason: str) -> dict:
     return out | dict.fromkeys(reasons, reason)
 
 
-def reference_columns(data: Certificate, prior: Prior, setting: Setting) -> dict:
+def reference_columns(data: Certificate, prior: Prior, eta: float, setting: Setting) -> dict:
     """`cert_pb_ref` and its parts (module docstring), for the data-dependent certificate's
-    posterior N(data.mean, data.sigma^2 I) and prior N(prior.mean, data.prior_sigma^2 I)."""
-    if prior.reference is None:
-        return {
-            **{f"cert_pb_ref{s}": None for s in ("", "_reference", "_gap", "_eta")},
-            "cert_pb_ref_reason": NO_REFERENCE,
-        }
-    ladder, delta, scale = setting.ladder, setting.delta, setting.scale
+    posterior N(data.mean, data.sigma^2 I) and prior N(prior.mean, data.prior_sigma^2 I), at
+    `eta` (chosen before the bound's units are seen)."""
+    delta, scale = setting.delta, setting.scale
     reference = test_set_columns(prior.reference, scale, delta / 3)["cert_test_set"]
     # the data-dependent certificate's own Monte Carlo draws, each against the reference's loss
     # on the same unit (a union bound: these draws serve both rungs, each at its own level)
     excess = data.draws - (prior.reference.double()[data.rows] - scale.low) / scale.width
-    level = delta / 3 / len(ladder.noise)
-    gap, eta = pac_bayes.excess_bound(excess, data.kl, prior.n, level, delta / 3)
+    gap, eta = pac_bayes.excess_bound(excess, data.kl, prior.n, delta / 3, delta / 3, (eta,))
     upper = scale.low + scale.width  # the loss's top: no certificate says more
     return {
         "cert_pb_ref": min(reference + gap * scale.width, upper),
@@ -332,7 +377,7 @@ def pac_bayes_columns(
     head: torch.Tensor,
     n: int,
     draws: Draws,
-    fit_prior: Callable[[], Prior],
+    fit_prior: FitPrior,
     held_out: HeldOut,
     setting: Setting,
     gen: torch.Generator,
@@ -340,22 +385,40 @@ def pac_bayes_columns(
     rotations: bool = True,
 ) -> dict:
     """Both PAC-Bayes rungs of a cell whose n training units are i.i.d., the Gibbs heads'
-    held-out risks and the excess ratio (module docstring). `fit_prior` is called once, after
-    the data-free certificate, and may draw from `gen`; `units` (the sample's, for the
-    data-free rung) and the prior's serve the posterior's optimisation. `rotations`: the
-    family's losses are invariant under W -> Q W, so the head is rotated onto the prior's mean
-    (False: a class without that symmetry, as the paired score model; the head is taken as it
-    is)."""
+    held-out risks and the excess ratio (module docstring); every rung `TOO_FEW` where the
+    prior's share of the units cannot hold a pilot and its own units. `fit_prior` is called
+    twice, after the data-free certificate: for the prior (on the n units) and for its pilot
+    (on the prior's units); it may draw from `gen`. `units` (the sample's, for the data-free
+    rung) and the prior's serve the posterior's optimisation. `rotations`: the family's losses
+    are invariant under W -> Q W, so the head is rotated onto the prior's mean and the prior's
+    mean onto the pilot's (False: a class without that symmetry, as the paired score model;
+    the heads are taken as they are)."""
+    if prior_count(n, setting.ladder.prior_fraction) < 2:
+        return not_applied(TOO_FEW)
+
+    def rotated(moving: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return pac_bayes.procrustes(moving, target) @ moving if rotations else moving
+
     mean = head.double()
     zero = torch.zeros_like(mean)
     free = certificate(mean, zero, draws, n, setting, gen, units)
-    prior = fit_prior()
-    prior_mean = prior.mean.double()
-    aligned = pac_bayes.procrustes(mean, prior_mean) @ mean if rotations else mean
-    data = certificate(aligned, prior_mean, prior.draws, prior.n, setting, gen, prior.units)
+    prior = fit_prior(n)
+    pilot = fit_prior(n - prior.n)
+    prior_mean, pilot_mean = prior.mean.double(), pilot.mean.double()
+    sigma, eta = pilot_scales(rotated(prior_mean, pilot_mean), pilot, prior.n, setting, gen)
+    data = certificate(
+        rotated(mean, prior_mean),
+        prior_mean,
+        prior.draws,
+        prior.n,
+        setting,
+        gen,
+        prior.units,
+        sigma,
+    )
     scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
-    out |= reference_columns(data, prior, setting)
+    out |= reference_columns(data, prior, eta, setting)
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)
     gibbs_test = float(per_unit.mean())

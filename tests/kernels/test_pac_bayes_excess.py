@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from crl.kernels import pac_bayes
@@ -61,3 +62,53 @@ def test_the_excess_bound_covers_and_beats_the_kl_bound_where_heads_agree() -> N
         kl_gaps.append(kl_bound - (truth + l_ref))
     assert misses <= 300 * delta
     assert np.mean(excess_gaps) < np.mean(kl_gaps) / 3
+
+
+def test_y_floor_is_the_minimum_of_y_over_the_unit_interval() -> None:
+    """y_floor(c) = min over x in [-1, 1] of x + c x^2, against a fine grid, on both sides of
+    c = 1/2 (the vertex -1/(2c) inside the interval, or x = -1), for every eta of the grid."""
+    x = torch.linspace(-1.0, 1.0, 200001, dtype=torch.float64)
+    for c in (
+        0.01,
+        0.2,
+        0.49,
+        0.5,
+        0.51,
+        1.0,
+        3.0,
+        *(pac_bayes.psi(e) / e for e in pac_bayes.ETAS),
+    ):
+        grid_min = float((x + c * x * x).min())
+        assert pac_bayes.y_floor(c) == pytest.approx(grid_min, abs=1e-9), c
+        assert pac_bayes.y_floor(c) <= grid_min + 1e-15
+
+
+def test_one_eta_fixed_in_advance_pays_no_union_bound() -> None:
+    """excess_bound on a grid of one eta is its value on the full grid at that eta less the
+    union bound's price: (ln |grid|) / (eta n) in the PAC-Bayes part and a Monte Carlo part at
+    delta_mc instead of delta_mc / |grid| (never larger); projected_excess_bound with the
+    draws' own count is that one-eta bound; a bad grid is refused."""
+    gen = torch.Generator().manual_seed(1)
+    x = 0.05 * torch.randn(4096, generator=gen, dtype=torch.float64) + 0.01
+    kl, n, delta = 2.0, 500, 0.05
+    grid = len(pac_bayes.ETAS)
+    for eta in (0.3, 0.9):
+        one, chosen = pac_bayes.excess_bound(x, kl, n, delta, delta, (eta,))
+        assert chosen == eta
+        # the same eta under the grid's union bound: PAC-Bayes and Monte Carlo at delta / |grid|
+        unioned, _ = pac_bayes.excess_bound(x, kl, n, delta / grid, delta / grid, (eta,))
+        assert one < unioned
+        pb_only, _ = pac_bayes.excess_bound(x, kl, n, delta / grid, delta, (eta,))
+        assert pb_only - one == pytest.approx(math.log(grid) / (eta * n), rel=1e-12)
+        projected = pac_bayes.projected_excess_bound(x, kl, n, delta, delta, eta, x.shape[0])
+        assert projected == pytest.approx(one, rel=1e-12)
+        more = pac_bayes.projected_excess_bound(x, kl, n, delta, delta, eta, 16 * x.shape[0])
+        assert more < one  # more draws: a smaller Monte Carlo term
+    best, eta = pac_bayes.excess_bound(x, kl, n, delta, delta)
+    assert best == pytest.approx(
+        pac_bayes.excess_bound(x, kl, n, delta / grid, delta / grid, (eta,))[0]
+    )
+    with pytest.raises(ValueError, match="etas"):
+        pac_bayes.excess_bound(x, kl, n, delta, delta, (0.5, 1.0))
+    with pytest.raises(ValueError, match="etas"):
+        pac_bayes.excess_bound(x, kl, n, delta, delta, ())

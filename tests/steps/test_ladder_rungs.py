@@ -165,3 +165,106 @@ def test_a_posterior_optimised_on_the_bound_still_covers_and_is_tighter() -> Non
         gain.append(before.bound - after.bound)
     assert misses / reps <= delta
     assert float(np.mean(gain)) > 0
+
+
+def _threshold_family(z: np.ndarray, held: np.ndarray, radius: float) -> tuple:
+    """The threshold toy as a family: the head probit(10% quantile) of the units it is fitted
+    on, `fit_prior(units)` fitting the prior on the first prior_count(units) of the first
+    `units` units and scoring it on the rest, and each held-out unit's Gibbs loss."""
+
+    def fitted(part: np.ndarray) -> torch.Tensor:
+        return torch.tensor([[norm.ppf(np.quantile(part, 0.1))]], dtype=torch.float64)
+
+    def fit_prior(units: int) -> ladder.Prior:
+        count = ladder.prior_count(units, 0.5)
+        prefix, rest = z[:count], z[count:units]
+        mean = fitted(prefix)
+        reference = torch.from_numpy((rest < norm.cdf(float(mean))).astype(np.float64))
+        return ladder.Prior(mean, _threshold_draws(rest, radius), len(rest), reference)
+
+    def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
+        # each held-out unit's loss averaged over W ~ N(mean, sigma^2), in closed form
+        return torch.from_numpy(norm.sf((norm.ppf(held) - float(mean)) / sigma))
+
+    return fitted(z), fit_prior, held_out
+
+
+def test_the_data_dependent_rungs_with_pilot_scales_cover_the_true_gibbs_risk() -> None:
+    """The whole PAC-Bayes ladder of a cell (crl.steps.ladder.pac_bayes_columns) on the
+    threshold toy, where L(Q) = Phi(a / sqrt(1 + sigma^2)) exactly for the head a and the
+    Gibbs scale sigma: with the noise scale and eta chosen by the pilot on the prior's units,
+    over 150 samples `cert_pb_data` and `cert_pb_ref` each fall below L(Q) in at most delta of
+    them (the plug-in empirical Gibbs risk in many), and the pilot's choice varied across the
+    samples."""
+    cfg = PacBayesConfig(**LADDER)
+    rng = np.random.default_rng(11)
+    n, delta, reps, radius = 400, 0.1, 150, 20.0
+    setting = ladder.Setting(radius, cfg, delta, ladder.Scale(0.0, 1.0))
+    gen = torch.Generator().manual_seed(5)
+    misses = {"cert_pb_data": 0, "cert_pb_ref": 0, "cert_pb_data_gibbs_train": 0}
+    chosen = set()
+    for _ in range(reps):
+        z = rng.uniform(size=n)
+        head, fit_prior, held_out = _threshold_family(z, rng.uniform(size=200), radius)
+        draws = _threshold_draws(z, radius)
+        row = ladder.pac_bayes_columns(
+            head, n, draws, fit_prior, held_out, setting, gen, rotations=False
+        )
+        sigma = row["cert_pb_data_sigma"]
+        truth = norm.cdf(float(head) / math.sqrt(1 + sigma**2))
+        for name in misses:
+            misses[name] += row[name] < truth
+        assert row["cert_pb_data_n"] == n // 2 and row["cert_pb_ref_reason"] is None
+        assert row["cert_pb_data_prior_sigma"] == sigma  # no posterior optimisation
+        chosen.add((sigma, row["cert_pb_ref_eta"]))
+    assert misses["cert_pb_data"] / reps <= delta and misses["cert_pb_ref"] / reps <= delta
+    assert misses["cert_pb_data_gibbs_train"] / reps > 0.2  # the plug-in alone is no bound
+    assert len(chosen) > 1
+
+
+def test_the_pilot_choice_does_not_see_the_bound_units() -> None:
+    """Two samples with the same prior units and different bound units get the same noise scale
+    and eta (chosen on the prior's units alone) and different certificates."""
+    cfg = PacBayesConfig(**LADDER)
+    rng = np.random.default_rng(2)
+    n, radius = 400, 20.0
+    setting = ladder.Setting(radius, cfg, 0.05, ladder.Scale(0.0, 1.0))
+    prefix, held = rng.uniform(size=n // 2), rng.uniform(size=100)
+    rows = []
+    for rest in (rng.uniform(size=n // 2), rng.uniform(size=n // 2) ** 2):
+        z = np.concatenate([prefix, rest])
+        head, fit_prior, held_out = _threshold_family(z, held, radius)
+        gen = torch.Generator().manual_seed(0)
+        rows.append(
+            ladder.pac_bayes_columns(
+                head,
+                n,
+                _threshold_draws(z, radius),
+                fit_prior,
+                held_out,
+                setting,
+                gen,
+                rotations=False,
+            )
+        )
+    first, second = rows
+    assert first["cert_pb_data_sigma"] == second["cert_pb_data_sigma"]
+    assert first["cert_pb_ref_eta"] == second["cert_pb_ref_eta"]
+    assert first["cert_pb_ref"] != second["cert_pb_ref"]
+
+
+def test_a_prior_share_too_small_for_a_pilot_leaves_every_rung_with_its_reason() -> None:
+    """prior_count(n, fraction) < 2: no pilot can be fitted within the prior's units, so no
+    PAC-Bayes rung (`TOO_FEW`); prior_count keeps at least one unit on each side."""
+    assert ladder.prior_count(3, 0.3) == 1 and ladder.prior_count(2, 0.99) == 1
+    assert ladder.prior_count(400, 0.5) == 200 and ladder.prior_count(4, 0.5) == 2
+    cfg = PacBayesConfig(**{**LADDER, "prior_fraction": 0.3})
+    z = np.array([0.2, 0.5, 0.9])
+    head, fit_prior, held_out = _threshold_family(z, z, 20.0)
+    setting = ladder.Setting(20.0, cfg, 0.05, ladder.Scale(0.0, 1.0))
+    gen = torch.Generator().manual_seed(0)
+    row = ladder.pac_bayes_columns(
+        head, 3, _threshold_draws(z, 20.0), fit_prior, held_out, setting, gen
+    )
+    assert row["cert_pb_data"] is None and row["cert_pb_free"] is None
+    assert row["cert_pb_ref_reason"] == row["cert_pb_free_reason"] == ladder.TOO_FEW

@@ -18,9 +18,9 @@ section 2). Losses are scaled to [0, 1] by the loss range of Thm D4 (`loss_range
   a fresh Gibbs head P_R(W) on one image drawn uniformly from the n; the data-dependent prior
   is fitted by APG (the cell's tolerance, at most `prior_iterations` or the head's `max_iter`
   iterations) on the first `prior_fraction` of the training images, in the random order they
-  were drawn (`cert_pb_ref`: that prior's mean as the reference head, its objective on the
-  other images). `gibbs_test_loss` scores each held-out image by `test_heads` fresh heads of
-  its own.
+  were drawn, its pilot on the first `prior_fraction` of those (`cert_pb_ref`: that prior's
+  mean as the reference head, its objective on the other images). `gibbs_test_loss` scores
+  each held-out image by `test_heads` fresh heads of its own.
 - `learning_certified_<rung>` (crl.steps.signal): `rademacher` is train_loss +
   `best_dense_bound` (which bounds |gap| at level delta in both regimes), the others the
   certificates above, each against the loss of f = 0.
@@ -78,7 +78,6 @@ def pac_bayes_columns(
         (NOT_REQUESTED, ladder is not None),
         (rungs.SHARED, not train.shared),
         (rungs.NO_RANGE, scale is not None),
-        (rungs.TOO_FEW, train.n >= 2),
     ):
         if not applies:
             return rungs.not_applied(reason)
@@ -87,17 +86,17 @@ def pac_bayes_columns(
     def on(b: Batch) -> rungs.Draws:
         return rungs.draws_on(_terms(b, negative_set, T, lam), b.n, _chunk(b), R)
 
-    def fit_prior() -> rungs.Prior:
-        count = min(train.n - 1, max(1, round(ladder.prior_fraction * train.n)))
+    def fit_prior(units: int) -> rungs.Prior:
+        count = rungs.prior_count(units, ladder.prior_fraction)
         cap = ladder.prior_iterations or solver.max_iter
         prior_spec = SolverSpec(solver.tol, cap)
-        prefix, rest = train.part(0, count), train.part(count, train.n)
+        prefix, rest = train.part(0, count), train.part(count, units)
         mean = fit(prefix, negative_set, lam, tuple(head.shape), R, T, prior_spec, gen).params
         mean = mean.detach()
         rest_terms = _terms(rest, negative_set, T, lam)
         reference = pac_bayes.fixed_head_losses(mean, rest.n, rest_terms, _chunk(rest))
         units = rungs.Units(rest_terms, rest.n)
-        return rungs.Prior(mean, on(rest), rest.n, units, reference)
+        return rungs.Prior(mean, on(rest), rest.n, reference, units)
 
     held_terms, held_chunk = _terms(test, negative_set, T, lam), _chunk(test)
 

@@ -24,7 +24,8 @@ to [0, 1] by the class's range [-2S, 2S], S = sqrt(2) R (`loss_min`, `loss_range
   rows of the split; a Gibbs head is P_R(theta), theta ~ N(theta_hat, sigma^2 I) over
   theta = (M, B) flattened (px py + py^2 values; |s| <= S still holds on the ball for any B);
   the data-dependent prior's mean is the score fitted (APG, at most `prior_iterations`) on the
-  first `prior_fraction` of the pairs. The problem is convex, so the head is not rotated onto
+  first `prior_fraction` of the pairs (its pilot on the first `prior_fraction` of those). The
+  problem is convex, so the head is not rotated onto
   the prior (the score model has no rotation symmetry). `gibbs_test_loss` scores each held-out
   unit above by `test_heads` fresh heads of its own. `cert_pb_ref`: the prior's fitted score as
   the reference head (its losses on the bound's pairs, `held_out_terms`), crl.steps.ladder.
@@ -112,7 +113,6 @@ def pac_bayes_columns(
         (rungs.SHARED, not sample.shared),
         (REUSED, iid),
         (rungs.NO_RANGE, scale is not None),
-        (rungs.TOO_FEW, sample.x.shape[0] >= 2),
         (NO_UNITS, held is not None),
     ):
         if not applies:
@@ -125,13 +125,13 @@ def pac_bayes_columns(
     def units(part: PairedSample) -> rungs.Units:
         return rungs.Units(unit_terms(part, T), int(part.x.shape[0]))
 
-    def fit_prior() -> rungs.Prior:
-        count = min(n - 1, max(1, round(ladder.prior_fraction * n)))
-        prefix, rest = _part(sample, 0, count), _part(sample, count, n)
+    def fit_prior(within: int) -> rungs.Prior:
+        count = rungs.prior_count(within, ladder.prior_fraction)
+        prefix, rest = _part(sample, 0, count), _part(sample, count, within)
         spec = SolverSpec(solver.tol, ladder.prior_iterations or solver.max_iter)
         prior, _ = score_model.fit(prefix, R, T, spec)
         reference = held_out_terms(prior, rest, T)
-        return rungs.Prior(flat(prior), on(rest), n - count, units(rest), reference)
+        return rungs.Prior(flat(prior), on(rest), within - count, reference, units(rest))
 
     held_terms, held_chunk, held_n = unit_terms(held, T), _chunk(held), int(held.x.shape[0])
 

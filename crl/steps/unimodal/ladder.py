@@ -10,8 +10,10 @@ every loss: for LSE that is the per-anchor loss with m negatives (Li et al.'s L(
   one_negative and scrl cells drawn from the law or from the split without reuse; a draw scores
   a fresh Gibbs head on one tuple drawn uniformly from the sample
   (crl.kernels.pac_bayes.gibbs_draws, one tuple per draw whatever n is). The data-dependent
-  prior is fitted by the cell's solver on the first `prior_fraction` of the anchors; its mean is
-  `cert_pb_ref`'s reference head (its losses on the other anchors, block by block).
+  prior is fitted by the cell's solver on the first `prior_fraction` of the anchors (its pilot
+  on the first `prior_fraction` of those); its mean is `cert_pb_ref`'s reference head (its
+  losses on the other anchors, block by block). A streamed sample splits at the block boundary
+  nearest to the share (crl.steps.unimodal.sampling.split_anchors).
 - `gibbs_test_loss` scores each held-out anchor by `test_heads` fresh heads of its own
   (crl.kernels.pac_bayes.gibbs_anchor_means).
 - `uniform_deviation_est` (`_ci`): a lower estimate of sup_W (L_m(W) - Lhat_S(W)) over the ball:
@@ -60,7 +62,6 @@ def _pac_bayes_reason(
         (SHARED, not draw.shared),
         (REUSED, draw.certified),
         (rungs.NO_RANGE, scale is not None),
-        (rungs.TOO_FEW, draw.n >= 2),
     ):
         if not applies:
             return reason
@@ -99,12 +100,14 @@ def pac_bayes_columns(
         terms = pac_bayes.tuple_terms(views, sample, key.loss, T)
         return rungs.Units(terms, int(sample.anchors.shape[0]))
 
-    def fit_prior() -> rungs.Prior:
-        count = min(draw.n - 1, max(1, round(ladder.prior_fraction * draw.n)))
-        prior_draw, rest = sampling.split_anchors(draw, count)
+    def fit_prior(count: int) -> rungs.Prior:
+        part = draw if count >= draw.n else sampling.split_anchors(draw, count)[0]
+        prior_draw, rest = sampling.split_anchors(
+            part, rungs.prior_count(part.n, ladder.prior_fraction)
+        )
         prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0].double()
         reference = pac_bayes.block_reference_losses(prior, rest, key.loss, T)
-        return rungs.Prior(prior, on(rest), rest.n, units(rest), reference)
+        return rungs.Prior(prior, on(rest), rest.n, reference, units(rest))
 
     def held_out(mean: torch.Tensor, sigma: float) -> torch.Tensor:
         return pac_bayes.gibbs_anchor_means(
