@@ -174,9 +174,10 @@ class Prior:
     units: Units | None = None
 
 
-# (units) -> the data-dependent prior fitted on the first prior_count(units) of the first
-# `units` training units (in their order), its bound on the rest of those `units`
-FitPrior = Callable[[int], Prior]
+# (units, cap) -> the data-dependent prior fitted on the first prior_count(units) of the first
+# `units` training units (in their order), at most `cap` iterations (None: the head's own cap),
+# its bound on the rest of those `units`
+FitPrior = Callable[[int, int | None], Prior]
 
 
 def prior_count(units: int, fraction: float) -> int:
@@ -402,8 +403,9 @@ def pac_bayes_columns(
     mean = head.double()
     zero = torch.zeros_like(mean)
     free = certificate(mean, zero, draws, n, setting, gen, units)
-    prior = fit_prior(n)
-    pilot = fit_prior(n - prior.n)
+    ladder = setting.ladder
+    prior = fit_prior(n, ladder.prior_iterations)
+    pilot = fit_prior(n - prior.n, ladder.pilot_iterations or ladder.prior_iterations)
     prior_mean, pilot_mean = prior.mean.double(), pilot.mean.double()
     sigma, eta = pilot_scales(rotated(prior_mean, pilot_mean), pilot, prior.n, setting, gen)
     data = certificate(

@@ -5,6 +5,7 @@ level."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -175,7 +176,7 @@ def _threshold_family(z: np.ndarray, held: np.ndarray, radius: float) -> tuple:
     def fitted(part: np.ndarray) -> torch.Tensor:
         return torch.tensor([[norm.ppf(np.quantile(part, 0.1))]], dtype=torch.float64)
 
-    def fit_prior(units: int) -> ladder.Prior:
+    def fit_prior(units: int, cap: int | None) -> ladder.Prior:
         count = ladder.prior_count(units, 0.5)
         prefix, rest = z[:count], z[count:units]
         mean = fitted(prefix)
@@ -224,8 +225,9 @@ def test_the_data_dependent_rungs_with_pilot_scales_cover_the_true_gibbs_risk() 
 
 def test_the_pilot_choice_does_not_see_the_bound_units() -> None:
     """Two samples with the same prior units and different bound units get the same noise scale
-    and eta (chosen on the prior's units alone) and different certificates."""
-    cfg = PacBayesConfig(**LADDER)
+    and eta (chosen on the prior's units alone) and different certificates; the prior is fitted
+    on the n units at `prior_iterations`, its pilot on the prior's at `pilot_iterations`."""
+    cfg = PacBayesConfig(**LADDER, prior_iterations=30, pilot_iterations=5)
     rng = np.random.default_rng(2)
     n, radius = 400, 20.0
     setting = ladder.Setting(radius, cfg, 0.05, ladder.Scale(0.0, 1.0))
@@ -233,20 +235,23 @@ def test_the_pilot_choice_does_not_see_the_bound_units() -> None:
     rows = []
     for rest in (rng.uniform(size=n // 2), rng.uniform(size=n // 2) ** 2):
         z = np.concatenate([prefix, rest])
-        head, fit_prior, held_out = _threshold_family(z, held, radius)
+        head, fit_family_prior, held_out = _threshold_family(z, held, radius)
+        calls = []
+
+        def fit_prior(
+            units: int, cap: int | None, calls: list = calls, fit: Callable = fit_family_prior
+        ) -> ladder.Prior:
+            calls.append((units, cap))
+            return fit(units, cap)
+
         gen = torch.Generator().manual_seed(0)
+        draws = _threshold_draws(z, radius)
         rows.append(
             ladder.pac_bayes_columns(
-                head,
-                n,
-                _threshold_draws(z, radius),
-                fit_prior,
-                held_out,
-                setting,
-                gen,
-                rotations=False,
+                head, n, draws, fit_prior, held_out, setting, gen, rotations=False
             )
         )
+        assert calls == [(n, 30), (n // 2, 5)]
     first, second = rows
     assert first["cert_pb_data_sigma"] == second["cert_pb_data_sigma"]
     assert first["cert_pb_ref_eta"] == second["cert_pb_ref_eta"]

@@ -86,10 +86,9 @@ def pac_bayes_columns(
     def on(b: Batch) -> rungs.Draws:
         return rungs.draws_on(_terms(b, negative_set, T, lam), b.n, _chunk(b), R)
 
-    def fit_prior(units: int) -> rungs.Prior:
+    def fit_prior(units: int, cap: int | None) -> rungs.Prior:
         count = rungs.prior_count(units, ladder.prior_fraction)
-        cap = ladder.prior_iterations or solver.max_iter
-        prior_spec = SolverSpec(solver.tol, cap)
+        prior_spec = SolverSpec(solver.tol, cap or solver.max_iter)
         prefix, rest = train.part(0, count), train.part(count, units)
         mean = fit(prefix, negative_set, lam, tuple(head.shape), R, T, prior_spec, gen).params
         mean = mean.detach()

@@ -125,10 +125,10 @@ def pac_bayes_columns(
     def units(part: PairedSample) -> rungs.Units:
         return rungs.Units(unit_terms(part, T), int(part.x.shape[0]))
 
-    def fit_prior(within: int) -> rungs.Prior:
+    def fit_prior(within: int, cap: int | None) -> rungs.Prior:
         count = rungs.prior_count(within, ladder.prior_fraction)
         prefix, rest = _part(sample, 0, count), _part(sample, count, within)
-        spec = SolverSpec(solver.tol, ladder.prior_iterations or solver.max_iter)
+        spec = SolverSpec(solver.tol, cap or solver.max_iter)
         prior, _ = score_model.fit(prefix, R, T, spec)
         reference = held_out_terms(prior, rest, T)
         return rungs.Prior(flat(prior), on(rest), within - count, reference, units(rest))

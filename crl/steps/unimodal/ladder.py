@@ -100,12 +100,12 @@ def pac_bayes_columns(
         terms = pac_bayes.tuple_terms(views, sample, key.loss, T)
         return rungs.Units(terms, int(sample.anchors.shape[0]))
 
-    def fit_prior(count: int) -> rungs.Prior:
+    def fit_prior(count: int, cap: int | None) -> rungs.Prior:
         part = draw if count >= draw.n else sampling.split_anchors(draw, count)[0]
         prior_draw, rest = sampling.split_anchors(
             part, rungs.prior_count(part.n, ladder.prior_fraction)
         )
-        prior = fit_head(_prior_config(config, ladder), prior_draw, key.loss, gen)[0].double()
+        prior = fit_head(_prior_config(config, cap), prior_draw, key.loss, gen)[0].double()
         reference = pac_bayes.block_reference_losses(prior, rest, key.loss, T)
         return rungs.Prior(prior, on(rest), rest.n, reference, units(rest))
 
@@ -120,12 +120,11 @@ def pac_bayes_columns(
     )
 
 
-def _prior_config(config: Config, ladder: LadderConfig) -> Config:
-    """The config the data-dependent prior is fitted with: the model's, its iteration cap
-    replaced by `prior_iterations` where set."""
-    if ladder.prior_iterations is None:
+def _prior_config(config: Config, cap: int | None) -> Config:
+    """The config a data-dependent prior (or its pilot) is fitted with: the model's, its
+    iteration cap replaced by `cap` where set."""
+    if cap is None:
         return config
-    cap = ladder.prior_iterations
     model = config.model.model_copy(update={"max_iter": cap, "steps": cap})
     return config.model_copy(update={"model": model})
 

@@ -173,8 +173,8 @@ def test_prior_iterations_caps_only_the_prior_fit() -> None:
         model={"solver": "apg", "max_iter": 500},
         eval={"ladder": {**LADDER, "prior_iterations": 7}},
     )
-    prior = ladder._prior_config(capped, capped.eval.ladder)
+    prior = ladder._prior_config(capped, capped.eval.ladder.prior_iterations)
     assert (prior.model.max_iter, prior.model.steps) == (7, 7)
     assert capped.model.max_iter == 500  # the cell's own fit keeps its cap
     plain = config(eval={"ladder": LADDER})
-    assert ladder._prior_config(plain, plain.eval.ladder) is plain
+    assert ladder._prior_config(plain, plain.eval.ladder.prior_iterations) is plain
