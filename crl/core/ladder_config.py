@@ -29,7 +29,7 @@ class PacBayesConfig(Strict):
     `prior_iterations` caps that fit (APG iterations or Adam steps; default: the model's
     `max_iter` or `steps`): a prior need not be converged, and a non-smooth loss (the hinge)
     runs to the cap. `pilot_iterations` caps the fit of the prior's pilot, which only chooses
-    the data-dependent rungs' noise scale and eta (default: `prior_iterations`).
+    the data-dependent rungs' noise scale and eta, so need not converge (null: as the prior's).
     `posterior_steps` Adam steps (learning rate `posterior_lr`, `posterior_batch`
     reparameterised draws each) move the posterior's mean and scale to lower a smooth upper bound
     of the certificate itself, after the prior's scale is chosen (0: the posterior is the fitted
@@ -43,7 +43,7 @@ class PacBayesConfig(Strict):
     test_heads: int = Field(64, ge=1)
     prior_fraction: float = Field(0.5, gt=0, lt=1)
     prior_iterations: int | None = Field(None, ge=1)
-    pilot_iterations: int | None = Field(None, ge=1)
+    pilot_iterations: int | None = Field(50, ge=1)
     posterior_steps: int = Field(100, ge=0)
     posterior_batch: int = Field(256, ge=1)
     posterior_lr: float = Field(0.02, gt=0)
