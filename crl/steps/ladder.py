@@ -41,17 +41,16 @@ Losses are scaled to [0, 1] by the loss's range; every column is back in the los
   bound's units are seen: L(Q) = L(h_ref) + (L(Q) - L(h_ref)), the first term by the test-set
   certificate of h_ref on those units (`_reference`, at delta/3: `test_set_columns`'s bound),
   the second by the excess-loss PAC-Bayes bound (crl.kernels.pac_bayes.excess_bound, `_gap`, at
-  `_eta`, chosen by `pilot_scales`) against the data-dependent certificate's prior, delta/3 for
-  its PAC-Bayes part and delta/3 for its Monte Carlo draws (`mc_draws` draws, each a fresh head
-  on a uniformly drawn unit, less h_ref's loss on that unit). Its posterior (`shrunk_mean`)
-  has the data-dependent rung's scales and a mean the share `_shrink` of the way from the
-  prior's mean to the data-dependent rung's (`_kl` its KL): the bound pays for the Gibbs
-  heads' spread around h_ref, which Maurer's does not, so its best posterior sits nearer the
-  prior. At `_shrink` 1 it reuses that rung's draws; otherwise it draws its own and scores its
-  own Gibbs head on the held-out units (`_gibbs_test`). Where the Gibbs heads' losses differ
-  little from h_ref's, the excess term falls as 1/n and the certificate sits near a test-set
-  certificate of h_ref. `cert_pb_ref_excess_ratio`: (cert_pb_ref - cert_pb_ref_gibbs_test)
-  over a test-set certificate's excess from as many units, as `cert_pb_data_excess_ratio`.
+  `_eta`, chosen by `pilot_scales`) for the data-dependent certificate's posterior and prior,
+  delta/3 for its PAC-Bayes part and delta/3 for its Monte Carlo draws (the data-dependent
+  rung's `mc_draws` draws, each a fresh head on a uniformly drawn unit, less h_ref's loss on
+  that unit). Where the Gibbs heads' losses differ little from h_ref's, the excess term falls
+  as 1/n and the certificate sits near a test-set certificate of h_ref.
+- The data-dependent rungs certify one Gibbs head: its mean is the fitted head (rotated onto
+  the prior's) moved towards the prior's mean by the share `cert_pb_data_shrink` of `SHRINKS`
+  (`shrunk_mean`): the one whose tighter rung pilot draws on the bound's units project
+  smallest. Every posterior may be chosen so (the bounds hold for all at once); at small n it
+  is often the prior's mean itself, whose KL is 0.
 - Columns per certificate: the bound, `_kl` (KL(Q || P)), `_n`, `_sigma` (per entry),
   `_gibbs_train` (the Monte Carlo mean of the empirical Gibbs risk), `_mc` (its upper bound),
   `_reason`. `gibbs_test_loss` (`_ci`): the data-dependent Gibbs head's held-out loss, each
@@ -83,13 +82,11 @@ _RUNG = ("", "_kl", "_n", "_sigma", "_prior_sigma", "_gibbs_train", "_mc", "_rea
 PB_COLUMNS = (
     *(f"cert_pb_{prior}{suffix}" for prior in ("free", "data") for suffix in _RUNG),
     "cert_pb_free_gibbs_test",
+    "cert_pb_data_shrink",
     "gibbs_test_loss",
     "gibbs_test_loss_ci",
     "cert_pb_data_excess_ratio",
-    *(
-        f"cert_pb_ref{suffix}"
-        for suffix in ("", "_reference", "_gap", "_eta", "_kl", "_shrink", "_gibbs_test", "_reason")
-    ),
+    *(f"cert_pb_ref{suffix}" for suffix in ("", "_reference", "_gap", "_eta", "_reason")),
     "cert_pb_ref_excess_ratio",
 )
 
@@ -271,31 +268,43 @@ SHRINKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def shrunk_mean(
-    data: Certificate, prior: Prior, eta: float, setting: Setting, gen: torch.Generator
+    head: torch.Tensor,
+    prior: Prior,
+    sigma: float,
+    eta: float,
+    setting: Setting,
+    gen: torch.Generator,
 ) -> tuple[torch.Tensor, float]:
-    """`cert_pb_ref`'s posterior mean prior.mean + t (data.mean - prior.mean), t of `SHRINKS`,
-    at the data-dependent rung's scales, whose gap is smallest as `pilot_draws` draws on the
-    bound's units project it (`projected_excess_bound` at `eta`, the Monte Carlo term at
-    `mc_draws`), and its t. The PAC-Bayes bounds hold for every posterior at once, so the
-    bound's own units may choose it (as `optimise_posterior` does); the Monte Carlo draws that
-    certify it come after, fresh. Moving towards the prior trades the KL against the Gibbs
-    heads' losses above the reference's and their spread (the X^2 term), which Maurer's bound
-    does not pay: the two rungs' best posteriors differ."""
+    """The data-dependent rungs' posterior mean prior.mean + t (head - prior.mean), t of
+    `SHRINKS`, and its t: the one whose tighter rung is smallest as `pilot_draws` draws on the
+    bound's units project both at the scale sigma, each with its Monte Carlo term at `mc_draws`
+    draws (`cert_pb_data`: Maurer's bound on their mean; `cert_pb_ref`: its reference's
+    test-set certificate plus `projected_excess_bound` at `eta`). The PAC-Bayes bounds hold for
+    every posterior at once, so the bound's own units may choose it (as `optimise_posterior`
+    does); the Monte Carlo draws that certify it come after, fresh. Moving towards the prior
+    trades the KL against the Gibbs heads' losses, and for `cert_pb_ref` against their spread
+    around the reference's too (the X^2 term). `head` is already rotated onto the prior's mean
+    where the family allows."""
     ladder, scale, delta = setting.ladder, setting.scale, setting.delta
     prior_mean = prior.mean.double()
     reference = (prior.reference.double() - scale.low) / scale.width
+    certified = scale.to_unit(test_set_columns(prior.reference, scale, delta / 3)["cert_test_set"])
     best = (math.inf, 1.0)
     for t in SHRINKS:
-        mean = prior_mean + t * (data.mean - prior_mean)
-        kl = pac_bayes.gaussian_kl(mean, prior_mean, data.sigma, data.prior_sigma)
-        losses, rows = prior.draws(mean, data.sigma, ladder.pilot_draws, gen)
-        excess = (losses - scale.low) / scale.width - reference[rows]
-        value = pac_bayes.projected_excess_bound(
-            excess, kl, prior.n, delta / 3, delta / 3, eta, ladder.mc_draws
+        mean = prior_mean + t * (head - prior_mean)
+        kl = pac_bayes.gaussian_kl(mean, prior_mean, sigma, sigma)
+        losses, rows = prior.draws(mean, sigma, ladder.pilot_draws, gen)
+        unit = (losses - scale.low) / scale.width
+        gap = pac_bayes.projected_excess_bound(
+            unit - reference[rows], kl, prior.n, delta / 3, delta / 3, eta, ladder.mc_draws
         )
-        best = min(best, (value, t))
+        upper = certificates.held_out_upper(
+            float(unit.mean()), float(unit.var()), ladder.mc_draws, delta / 2
+        )
+        data = pac_bayes.pac_bayes_kl_bound(upper, kl, prior.n, delta / 2)
+        best = min(best, (min(certified + gap, data), t))
     t = best[1]
-    return prior_mean + t * (data.mean - prior_mean), t
+    return prior_mean + t * (head - prior_mean), t
 
 
 def certificate(
@@ -381,48 +390,22 @@ def not_applied(reason: str) -> dict:
     return out | dict.fromkeys(reasons, reason)
 
 
-def reference_columns(
-    data: Certificate,
-    prior: Prior,
-    eta: float,
-    setting: Setting,
-    gen: torch.Generator,
-    held_out: HeldOut,
-    data_gibbs_test: float,
-) -> dict:
-    """`cert_pb_ref` and its parts (module docstring) at `eta` (chosen before the bound's units
-    are seen), for the posterior N(mu, data.sigma^2 I) of `shrunk_mean` and the prior
-    N(prior.mean, data.prior_sigma^2 I), with that Gibbs head's held-out loss
-    (`cert_pb_ref_gibbs_test`: `data_gibbs_test` where mu is the data-dependent rung's mean)."""
-    ladder, delta, scale = setting.ladder, setting.delta, setting.scale
+def reference_columns(data: Certificate, prior: Prior, eta: float, setting: Setting) -> dict:
+    """`cert_pb_ref` and its parts (module docstring), for the data-dependent certificate's
+    posterior N(data.mean, data.sigma^2 I) and prior N(prior.mean, data.prior_sigma^2 I), at
+    `eta` (chosen before the bound's units are seen)."""
+    delta, scale = setting.delta, setting.scale
     reference = test_set_columns(prior.reference, scale, delta / 3)["cert_test_set"]
-    mean, shrink = shrunk_mean(data, prior, eta, setting, gen)
-    if shrink == 1.0:
-        # the data-dependent certificate's own posterior and Monte Carlo draws (a union bound:
-        # these draws serve both rungs, each at its own level)
-        kl, unit, rows, gibbs_test = data.kl, data.draws, data.rows, data_gibbs_test
-    else:
-        kl = pac_bayes.gaussian_kl(mean, prior.mean.double(), data.sigma, data.prior_sigma)
-        losses, rows = prior.draws(mean, data.sigma, ladder.mc_draws, gen)
-        unit = (losses - scale.low) / scale.width
-        gibbs_test = float(held_out(mean, data.sigma).mean())
-    excess = unit - (prior.reference.double()[rows] - scale.low) / scale.width
-    gap, eta = pac_bayes.excess_bound(excess, kl, prior.n, delta / 3, delta / 3, (eta,))
+    # the data-dependent certificate's own Monte Carlo draws, each against the reference's loss
+    # on the same unit (a union bound: these draws serve both rungs, each at its own level)
+    excess = data.draws - (prior.reference.double()[data.rows] - scale.low) / scale.width
+    gap, eta = pac_bayes.excess_bound(excess, data.kl, prior.n, delta / 3, delta / 3, (eta,))
     upper = scale.low + scale.width  # the loss's top: no certificate says more
-    bound = min(reference + gap * scale.width, upper)
-    test_unit = min(max(scale.to_unit(gibbs_test), 0.0), 1.0)
-    test_set = certificates.held_out_bound(test_unit, prior.n, delta) - test_unit
     return {
-        "cert_pb_ref": bound,
+        "cert_pb_ref": min(reference + gap * scale.width, upper),
         "cert_pb_ref_reference": reference,
         "cert_pb_ref_gap": gap * scale.width,
         "cert_pb_ref_eta": eta,
-        "cert_pb_ref_kl": kl,
-        "cert_pb_ref_shrink": shrink,
-        "cert_pb_ref_gibbs_test": gibbs_test,
-        "cert_pb_ref_excess_ratio": (
-            (scale.to_unit(bound) - test_unit) / test_set if test_set > 0 else None
-        ),
         "cert_pb_ref_reason": None,
     }
 
@@ -475,8 +458,9 @@ def pac_bayes_columns(
     pilot = fit_prior(n - prior.n, ladder.pilot_iterations or ladder.prior_iterations)
     prior_mean, pilot_mean = prior.mean.double(), pilot.mean.double()
     sigma, eta = pilot_scales(rotated(prior_mean, pilot_mean), pilot, prior.n, setting, gen)
+    posterior, shrink = shrunk_mean(rotated(mean, prior_mean), prior, sigma, eta, setting, gen)
     data = certificate(
-        rotated(mean, prior_mean),
+        posterior,
         prior_mean,
         prior.draws,
         prior.n,
@@ -487,15 +471,20 @@ def pac_bayes_columns(
     )
     scale, delta = setting.scale, setting.delta
     out = {**rung_columns("cert_pb_free", free, scale), **rung_columns("cert_pb_data", data, scale)}
+    out["cert_pb_data_shrink"] = shrink
+    out |= reference_columns(data, prior, eta, setting)
     out["cert_pb_free_gibbs_test"] = float(held_out(free.mean, free.sigma).mean())
     per_unit = held_out(data.mean, data.sigma)
     gibbs_test = float(per_unit.mean())
-    out |= reference_columns(data, prior, eta, setting, gen, held_out, gibbs_test)
     n_test = per_unit.shape[0]
     test_unit = min(max(scale.to_unit(gibbs_test), 0.0), 1.0)
     reference = certificates.held_out_bound(test_unit, data.n, delta) - test_unit
     excess = data.bound - test_unit
+    ref_excess = None
+    if out["cert_pb_ref"] is not None and reference > 0:
+        ref_excess = (scale.to_unit(out["cert_pb_ref"]) - test_unit) / reference
     return out | {
+        "cert_pb_ref_excess_ratio": ref_excess,
         "gibbs_test_loss": gibbs_test,
         "gibbs_test_loss_ci": (
             float(stats.normal_half_width(per_unit.std(), n_test)) if n_test > 1 else None
