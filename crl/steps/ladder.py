@@ -65,13 +65,36 @@ A rung that does not apply gives None and its `_reason`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from crl.core.ladder_config import PacBayesConfig
 from crl.kernels import certificates, pac_bayes, stats
+from crl.steps.ladder_parts import (
+    Certificate,
+    Draws,
+    FitPrior,
+    HeldOut,
+    Prior,
+    Scale,
+    Setting,
+    Units,
+    draws_on,
+    prior_count,
+)
+from crl.steps.ladder_posterior import optimise_posterior
+
+__all__ = [
+    "Certificate",
+    "Draws",
+    "FitPrior",
+    "HeldOut",
+    "Prior",
+    "Scale",
+    "Setting",
+    "Units",
+    "draws_on",
+    "prior_count",
+]
 
 NOT_REQUESTED = "eval.ladder is not set"
 SHARED = "sscrl: the training tuples share their negatives (not i.i.d.)"
@@ -89,107 +112,6 @@ PB_COLUMNS = (
     *(f"cert_pb_ref{suffix}" for suffix in ("", "_reference", "_gap", "_eta", "_reason")),
     "cert_pb_ref_excess_ratio",
 )
-
-
-@dataclass(frozen=True)
-class Scale:
-    """A loss's range: values in [low, low + width] map to [0, 1]."""
-
-    low: float
-    width: float
-
-    @classmethod
-    def of(cls, low: float, width: float) -> Scale | None:
-        """The range [low, low + width], or None where the loss has no finite, positive one."""
-        return cls(low, width) if math.isfinite(width) and width > 0 else None
-
-    def to_unit(self, value: float) -> float:
-        return certificates.scaled(value, self.low, self.width)
-
-    def back(self, value: float) -> float:
-        return certificates.unscaled(value, self.low, self.width)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a cell's rungs share: the ball's radius R, the ladder's section, the level delta and
-    the loss's range."""
-
-    radius: float
-    ladder: PacBayesConfig
-    delta: float
-    scale: Scale
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """One PAC-Bayes rung, in [0, 1] units, with the Gibbs head's mean and scale."""
-
-    bound: float
-    kl: float
-    n: int
-    sigma: float
-    gibbs_train: float
-    mc: float
-    mean: torch.Tensor  # (d, p)
-    prior_sigma: float
-    draws: torch.Tensor  # (mc_draws,) the Monte Carlo draws' losses, in [0, 1]
-    rows: torch.Tensor  # (mc_draws,) each draw's unit
-
-
-# (mean (d, p), sigma, count, generator) -> the losses of `count` i.i.d. draws of a Gibbs head
-# scored on a uniformly drawn training unit, (count,) in the loss's units, and each draw's unit
-# (count,) (its index among the units the draws are on)
-Draws = Callable[[torch.Tensor, float, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
-# (mean (d, p), sigma) -> each held-out unit's loss averaged over fresh Gibbs heads, (N,)
-HeldOut = Callable[[torch.Tensor, float], torch.Tensor]
-
-
-def draws_on(terms: pac_bayes.Terms, units: int, chunk: int, radius: float) -> Draws:
-    """The draws of a family whose `units` i.i.d. units are scored by `terms` (a head on a unit,
-    `chunk` draws at a time): crl.kernels.pac_bayes.unit_draws at the ball's radius."""
-
-    def draws(
-        mean: torch.Tensor, sigma: float, count: int, gen: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return pac_bayes.unit_draws(mean, sigma, radius, units, count, terms, chunk, gen)
-
-    return draws
-
-
-@dataclass(frozen=True)
-class Units:
-    """Differentiable losses on (a part of) the units a bound uses, for the posterior's
-    optimisation: `terms` scores head k on unit rows[k] of `count` units."""
-
-    terms: pac_bayes.Terms
-    count: int
-
-
-@dataclass(frozen=True)
-class Prior:
-    """The data-dependent prior's mean, fitted on a prefix of the training units, the draws on
-    the other `n` units its bound uses and the prior mean's own losses on them (`reference`,
-    (n,) in the loss's units, in the order the draws index them); `units`: those units for the
-    posterior's optimisation, or None."""
-
-    mean: torch.Tensor  # (d, p)
-    draws: Draws
-    n: int
-    reference: torch.Tensor
-    units: Units | None = None
-
-
-# (units, cap) -> the data-dependent prior fitted on the first prior_count(units) of the first
-# `units` training units (in their order), at most `cap` iterations (None: the head's own cap),
-# its bound on the rest of those `units`
-FitPrior = Callable[[int, int | None], Prior]
-
-
-def prior_count(units: int, fraction: float) -> int:
-    """How many of `units` training units fit the data-dependent prior: the nearest integer to
-    fraction * units, at least 1 and at most units - 1."""
-    return min(units - 1, max(1, round(fraction * units)))
 
 
 def pilot_scales(
@@ -219,48 +141,6 @@ def pilot_scales(
             )
             best = min(best, (value, sigma, eta))
     return best[1], best[2]
-
-
-def optimise_posterior(
-    mean: torch.Tensor,
-    prior: torch.Tensor,
-    sigma: float,
-    units: Units,
-    n: int,
-    level: float,
-    setting: Setting,
-    gen: torch.Generator,
-) -> tuple[torch.Tensor, float]:
-    """The posterior N(mu, s^2 I) after `posterior_steps` Adam steps from (mean, sigma) on
-    (sqrt(q + c/2) + sqrt(c/2))^2, an upper bound of kl^-1(q, c) (the "quad" bound of Perez-Ortiz
-    et al. 2021), with q the [0, 1] losses of `posterior_batch` heads P_R(mu + s E) each on a
-    uniformly drawn unit (reparameterised) and c = (KL(Q || P) + ln(2 sqrt(n) / level)) / n, P
-    = N(prior, sigma^2 I). The certificate holds for every posterior at once, so choosing one on
-    the bound's own units keeps it valid; its Monte Carlo draws come after. Returns (mu, s)."""
-    ladder, scale, radius = setting.ladder, setting.scale, setting.radius
-    k = mean.numel()
-    mu = mean.detach().double().clone().requires_grad_(True)
-    log_s = torch.tensor(math.log(sigma), dtype=torch.float64, requires_grad=True)
-    target = prior.detach().double()
-    log_term = math.log(2.0 * math.sqrt(n) / level)
-    optimiser = torch.optim.Adam([mu, log_s], lr=ladder.posterior_lr)
-    batch = ladder.posterior_batch
-    for _ in range(ladder.posterior_steps):
-        noise = torch.randn((batch, *mean.shape), generator=gen, dtype=torch.float64)
-        heads = mu.unsqueeze(0) + torch.exp(log_s) * noise
-        norms = torch.linalg.vector_norm(heads.flatten(1), dim=1)
-        heads = heads * torch.clamp(radius / norms, max=1.0)[:, None, None]  # P_R
-        rows = torch.randint(0, units.count, (batch,), generator=gen)
-        q = ((units.terms(heads, rows) - scale.low) / scale.width).clamp(0.0, 1.0).mean()
-        ratio = torch.exp(2.0 * log_s) / sigma**2
-        distance = ((mu - target) ** 2).sum() / sigma**2
-        kl = 0.5 * (k * ratio + distance - k - k * torch.log(ratio))
-        c = (kl + log_term) / n
-        objective = (torch.sqrt(q + c / 2) + torch.sqrt(c / 2)) ** 2
-        optimiser.zero_grad(set_to_none=True)
-        objective.backward()
-        optimiser.step()
-    return mu.detach(), float(torch.exp(log_s.detach()))
 
 
 # the data-dependent posterior's mean between the prior's (0) and the fitted head's (1)
